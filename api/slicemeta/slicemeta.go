@@ -1,0 +1,170 @@
+// Package slicemeta holds what the controller and the agent must agree on about the
+// EndpointSlices this module manages: their names, labels, annotations and ownership.
+// Everything here is a pure function of plain values.
+package slicemeta
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"strings"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Label, annotation and type names of the module.
+const (
+	// ManagedBy is this module's value of the endpointslice.kubernetes.io/managed-by label.
+	ManagedBy = "service-with-healthchecks.network.deckhouse.io"
+
+	// LabelResource holds the name of the ServiceWithHealthchecks a slice belongs to.
+	LabelResource = "network.deckhouse.io/service-with-healthchecks"
+	// LabelPort holds the name of the Service port a slice publishes ("" for a single unnamed port).
+	LabelPort = "network.deckhouse.io/service-port"
+	// LabelNode holds the node name where it fits in a label value (63 characters).
+	LabelNode = "network.deckhouse.io/node"
+	// AnnotationNode always holds the full node name.
+	AnnotationNode = "network.deckhouse.io/node"
+
+	// AnnotationAdopt on a Service lets a ServiceWithHealthchecks of the same name adopt it.
+	AnnotationAdopt = "network.deckhouse.io/adopt"
+
+	// SecretTypePostgreSQLCredentials is the type of a PostgreSQL credential Secret.
+	SecretTypePostgreSQLCredentials = "network.deckhouse.io/postgresql-credentials"
+
+	// MaxNameLength is the longest object name (a DNS subdomain).
+	MaxNameLength = 253
+
+	// ipv6Suffix ends the name of an IPv6 slice; IPv4 slices carry no suffix.
+	ipv6Suffix = "-ipv6"
+	// digestLength is how many hex characters of the node name's SHA-256 stand for a long name.
+	digestLength = 16
+)
+
+// SliceKey identifies one EndpointSlice of a resource.
+type SliceKey struct {
+	// Resource is the name of the ServiceWithHealthchecks (and of its Service).
+	Resource string
+	// Port is the name of the Service port; empty for a resource with a single unnamed port.
+	Port string
+	// Node is the full node name.
+	Node string
+	// SplitPort is non-zero when pods on one node resolve a named target port to different
+	// numbers: every number but the primary one gets its own slice, suffixed with it.
+	SplitPort int32
+	// AddressType is IPv4 (the default when empty) or IPv6.
+	AddressType discoveryv1.AddressType
+}
+
+// Prefix is the part of every slice name of (resource, port) that comes before the node.
+// Two live (resource, port) pairs with the same prefix collide on every node.
+func Prefix(resource, port string) string {
+	if port == "" {
+		return resource + "-"
+	}
+	return resource + "-" + port + "-"
+}
+
+// NodeDigest is the short, stable stand-in for a node name too long to fit in a slice name.
+func NodeDigest(node string) string {
+	sum := sha256.Sum256([]byte(node))
+	return hex.EncodeToString(sum[:])[:digestLength]
+}
+
+// Name is the name of the slice: <resource>-<port>-<node>, or <resource>-<node> for a single
+// unnamed port, then -<number> for a split port and -ipv6 for an IPv6 slice. When that is longer
+// than an object name may be, the node name is replaced by its digest.
+func (k SliceKey) Name() string {
+	suffix := ""
+	if k.SplitPort != 0 {
+		suffix += "-" + strconv.Itoa(int(k.SplitPort))
+	}
+	if k.AddressType == discoveryv1.AddressTypeIPv6 {
+		suffix += ipv6Suffix
+	}
+	prefix := Prefix(k.Resource, k.Port)
+	if len(prefix)+len(k.Node)+len(suffix) <= MaxNameLength {
+		return prefix + k.Node + suffix
+	}
+	return prefix + NodeDigest(k.Node) + suffix
+}
+
+// Labels are the labels of the slice. The node label is left out when the node name is not a
+// valid label value (longer than 63 characters); the node annotation always holds it.
+func (k SliceKey) Labels() map[string]string {
+	l := map[string]string{
+		discoveryv1.LabelServiceName: k.Resource,
+		discoveryv1.LabelManagedBy:   ManagedBy,
+		LabelResource:                k.Resource,
+		LabelPort:                    k.Port,
+	}
+	if len(validation.IsValidLabelValue(k.Node)) == 0 {
+		l[LabelNode] = k.Node
+	}
+	return l
+}
+
+// Annotations are the annotations of the slice.
+func (k SliceKey) Annotations() map[string]string {
+	return map[string]string{AnnotationNode: k.Node}
+}
+
+// IsManaged tells whether a slice carries this module's managed-by label.
+func IsManaged(s *discoveryv1.EndpointSlice) bool {
+	return s.Labels[discoveryv1.LabelManagedBy] == ManagedBy
+}
+
+// OwnerUID is the UID of the ServiceWithHealthchecks that a managed slice names as its owner,
+// or "" when it names none.
+func OwnerUID(s *discoveryv1.EndpointSlice) types.UID {
+	for _, ref := range s.OwnerReferences {
+		if ref.Kind == "ServiceWithHealthchecks" && strings.HasPrefix(ref.APIVersion, "network.deckhouse.io/") {
+			return ref.UID
+		}
+	}
+	return ""
+}
+
+// IsOwnedBy tells whether a slice is this module's and belongs to the live resource with the
+// given UID. A slice owned by a deleted resource of the same name is garbage, not ours.
+func IsOwnedBy(s *discoveryv1.EndpointSlice, uid types.UID) bool {
+	return IsManaged(s) && uid != "" && OwnerUID(s) == uid
+}
+
+// Matches tells whether an existing slice was written for this key: same resource, port and
+// node, as recorded in its labels and annotation. A slice of the same name that does not match
+// is a name collision.
+func (k SliceKey) Matches(s *discoveryv1.EndpointSlice) bool {
+	addressType := k.AddressType
+	if addressType == "" {
+		addressType = discoveryv1.AddressTypeIPv4
+	}
+	return s.Labels[LabelResource] == k.Resource &&
+		s.Labels[LabelPort] == k.Port &&
+		s.Annotations[AnnotationNode] == k.Node &&
+		s.AddressType == addressType
+}
+
+// NodeOf is the node a managed slice was published for ("" when it does not say).
+func NodeOf(s *discoveryv1.EndpointSlice) string {
+	if n := s.Annotations[AnnotationNode]; n != "" {
+		return n
+	}
+	return s.Labels[LabelNode]
+}
+
+// OwnerReference is the owner reference a slice (or the child Service) carries.
+func OwnerReference(name string, uid types.UID) metav1.OwnerReference {
+	yes := true
+	return metav1.OwnerReference{
+		APIVersion:         "network.deckhouse.io/v1alpha1",
+		Kind:               "ServiceWithHealthchecks",
+		Name:               name,
+		UID:                uid,
+		Controller:         &yes,
+		BlockOwnerDeletion: &yes,
+	}
+}

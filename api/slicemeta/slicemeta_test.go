@@ -1,0 +1,152 @@
+package slicemeta
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+func TestSliceName(t *testing.T) {
+	long := strings.Repeat("n", 250)
+	tests := map[string]struct {
+		key  SliceKey
+		want string
+	}{
+		"a named port is resource-port-node": {
+			key:  SliceKey{Resource: "db", Port: "postgres", Node: "worker-1"},
+			want: "db-postgres-worker-1",
+		},
+		"a single unnamed port is resource-node": {
+			key:  SliceKey{Resource: "web", Node: "worker-1"},
+			want: "web-worker-1",
+		},
+		"a split port carries its number": {
+			key:  SliceKey{Resource: "web", Port: "http", Node: "worker-1", SplitPort: 8081},
+			want: "web-http-worker-1-8081",
+		},
+		"an IPv6 slice ends in -ipv6": {
+			key:  SliceKey{Resource: "web", Port: "http", Node: "worker-1", AddressType: discoveryv1.AddressTypeIPv6},
+			want: "web-http-worker-1-ipv6",
+		},
+		"an explicit IPv4 slice has no suffix": {
+			key:  SliceKey{Resource: "web", Port: "http", Node: "worker-1", AddressType: discoveryv1.AddressTypeIPv4},
+			want: "web-http-worker-1",
+		},
+		"a node name that does not fit is replaced by its digest": {
+			key:  SliceKey{Resource: "web", Port: "http", Node: long},
+			want: "web-http-" + NodeDigest(long),
+		},
+		"a long node with split port and IPv6 keeps both suffixes": {
+			key:  SliceKey{Resource: "web", Port: "http", Node: long, SplitPort: 9, AddressType: discoveryv1.AddressTypeIPv6},
+			want: "web-http-" + NodeDigest(long) + "-9-ipv6",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := tc.key.Name()
+			assert.Equal(t, tc.want, got)
+			assert.LessOrEqual(t, len(got), MaxNameLength)
+			assert.Empty(t, validation.IsDNS1123Subdomain(got), "slice name must be a valid object name")
+		})
+	}
+}
+
+func TestSliceNameOfTheLongestInputsIsValid(t *testing.T) {
+	k := SliceKey{
+		Resource:    strings.Repeat("r", 63),
+		Port:        strings.Repeat("p", 63),
+		Node:        strings.Repeat("a", 63) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", 63) + "." + strings.Repeat("d", 61),
+		SplitPort:   65535,
+		AddressType: discoveryv1.AddressTypeIPv6,
+	}
+	name := k.Name()
+	assert.LessOrEqual(t, len(name), MaxNameLength)
+	assert.Empty(t, validation.IsDNS1123Subdomain(name))
+	assert.Equal(t, name, k.Name(), "the name is stable")
+}
+
+func TestNodeDigestIsStableAndDistinct(t *testing.T) {
+	a, b := strings.Repeat("x", 240)+"1", strings.Repeat("x", 240)+"2"
+	assert.Equal(t, NodeDigest(a), NodeDigest(a))
+	assert.NotEqual(t, NodeDigest(a), NodeDigest(b))
+	assert.Len(t, NodeDigest(a), digestLength)
+}
+
+func TestLabels(t *testing.T) {
+	tests := map[string]struct {
+		key      SliceKey
+		wantNode bool
+	}{
+		"a short node name is a label":            {key: SliceKey{Resource: "db", Port: "pg", Node: "worker-1"}, wantNode: true},
+		"a node name over 63 characters is not":   {key: SliceKey{Resource: "db", Port: "pg", Node: strings.Repeat("n", 64)}, wantNode: false},
+		"a single unnamed port has an empty port": {key: SliceKey{Resource: "db", Node: "w"}, wantNode: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			l := tc.key.Labels()
+			assert.Equal(t, tc.key.Resource, l[discoveryv1.LabelServiceName])
+			assert.Equal(t, ManagedBy, l[discoveryv1.LabelManagedBy])
+			assert.Equal(t, tc.key.Resource, l[LabelResource])
+			assert.Equal(t, tc.key.Port, l[LabelPort])
+			_, has := l[LabelNode]
+			assert.Equal(t, tc.wantNode, has)
+			for k, v := range l {
+				assert.Empty(t, validation.IsQualifiedName(k), "label key %q", k)
+				assert.Empty(t, validation.IsValidLabelValue(v), "label value %q", v)
+			}
+			assert.Equal(t, tc.key.Node, tc.key.Annotations()[AnnotationNode])
+		})
+	}
+}
+
+func TestOwnership(t *testing.T) {
+	key := SliceKey{Resource: "db", Port: "pg", Node: "w1"}
+	slice := func(managedBy string, uid string) *discoveryv1.EndpointSlice {
+		s := &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:        key.Name(),
+				Labels:      key.Labels(),
+				Annotations: key.Annotations(),
+			},
+			AddressType: discoveryv1.AddressTypeIPv4,
+		}
+		s.Labels[discoveryv1.LabelManagedBy] = managedBy
+		if uid != "" {
+			s.OwnerReferences = []metav1.OwnerReference{OwnerReference("db", typesUID("uid-"+uid))}
+		}
+		return s
+	}
+	tests := map[string]struct {
+		slice *discoveryv1.EndpointSlice
+		uid   string
+		want  bool
+	}{
+		"ours and owned by the live resource":       {slice: slice(ManagedBy, "a"), uid: "uid-a", want: true},
+		"ours but owned by a deleted resource":      {slice: slice(ManagedBy, "old"), uid: "uid-a", want: false},
+		"another controller's slice with our owner": {slice: slice("endpointslice-controller.k8s.io", "a"), uid: "uid-a", want: false},
+		"ours without an owner reference":           {slice: slice(ManagedBy, ""), uid: "uid-a", want: false},
+		"no live resource never owns anything":      {slice: slice(ManagedBy, ""), uid: "", want: false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			assert.Equal(t, tc.want, IsOwnedBy(tc.slice, typesUID(tc.uid)))
+		})
+	}
+	assert.True(t, key.Matches(slice(ManagedBy, "a")))
+	assert.False(t, SliceKey{Resource: "db", Port: "pg", Node: "w2"}.Matches(slice(ManagedBy, "a")))
+	assert.Equal(t, "w1", NodeOf(slice(ManagedBy, "a")))
+}
+
+func TestPrefixCollision(t *testing.T) {
+	// "a-b" with port "c" and "a" with port "b-c" publish the same names on every node.
+	assert.Equal(t, Prefix("a-b", "c"), Prefix("a", "b-c"))
+	assert.Equal(t, SliceKey{Resource: "a-b", Port: "c", Node: "n"}.Name(), SliceKey{Resource: "a", Port: "b-c", Node: "n"}.Name())
+	assert.NotEqual(t, Prefix("a", "b"), Prefix("a", "c"))
+}
+
+func typesUID(s string) types.UID { return types.UID(s) }

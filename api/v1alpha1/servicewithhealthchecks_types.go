@@ -1,0 +1,464 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// ProbeMode names the kind of check a probe performs.
+// +kubebuilder:validation:Enum=HTTP;TCP;PostgreSQL
+type ProbeMode string
+
+// The probe modes.
+const (
+	ProbeModeHTTP       ProbeMode = "HTTP"
+	ProbeModeTCP        ProbeMode = "TCP"
+	ProbeModePostgreSQL ProbeMode = "PostgreSQL"
+)
+
+// Defaults the API server applies (kept here so both programs and the tests agree).
+const (
+	DefaultInitialDelaySeconds int32 = 10
+	DefaultPeriodSeconds       int32 = 10
+	DefaultTimeoutSeconds      int32 = 1
+	DefaultSuccessThreshold    int32 = 1
+	DefaultFailureThreshold    int32 = 3
+	DefaultPostgreSQLQuery           = "SELECT 1"
+	DefaultPostgreSQLDBName          = "postgres"
+)
+
+// ServiceWithHealthchecks is a Service whose endpoints are decided by active probes, per port,
+// instead of by the pod's single readiness state.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=swh,categories=all
+// +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.type`
+// +kubebuilder:printcolumn:name="Cluster-IP",type=string,JSONPath=`.status.clusterIP`,priority=1
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.readySummary`,description="Ready endpoints per port"
+// +kubebuilder:printcolumn:name="External-IP",type=string,JSONPath=`.status.loadBalancer.ingress[*].ip`
+// +kubebuilder:printcolumn:name="Ports",type=string,JSONPath=`.spec.ports[*].port`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 63",message="metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter, at most 63 characters) because it names the Service"
+type ServiceWithHealthchecks struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the Service to create plus the healthcheck that decides its endpoints.
+	// +required
+	Spec ServiceWithHealthchecksSpec `json:"spec"`
+
+	// Status is written by the controller alone.
+	// +optional
+	Status ServiceWithHealthchecksStatus `json:"status,omitempty"`
+}
+
+// ServiceWithHealthchecksList is a list of ServiceWithHealthchecks.
+//
+// +kubebuilder:object:root=true
+type ServiceWithHealthchecksList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ServiceWithHealthchecks `json:"items"`
+}
+
+// ServiceWithHealthchecksSpec repeats the fields of a Service spec (same names, same meaning)
+// and adds the healthcheck section.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.ports) && size(self.ports) > 0) || (has(self.clusterIP) && self.clusterIP == 'None')",message="spec.ports must list at least one port (only a headless resource, clusterIP: None, may have none)"
+// +kubebuilder:validation:XValidation:rule="!has(self.clusterIP) || self.clusterIP != 'None' || self.type == 'ClusterIP'",message="clusterIP: None (headless) is only valid with type: ClusterIP"
+// +kubebuilder:validation:XValidation:rule="!has(self.externalTrafficPolicy) || self.type == 'NodePort' || self.type == 'LoadBalancer'",message="externalTrafficPolicy may only be set for type NodePort or LoadBalancer"
+// +kubebuilder:validation:XValidation:rule="!has(self.healthCheckNodePort) || self.healthCheckNodePort == 0 || (self.type == 'LoadBalancer' && has(self.externalTrafficPolicy) && self.externalTrafficPolicy == 'Local')",message="healthCheckNodePort may only be set for type LoadBalancer with externalTrafficPolicy: Local"
+// +kubebuilder:validation:XValidation:rule="self.type == 'LoadBalancer' || (!has(self.loadBalancerIP) && !has(self.loadBalancerSourceRanges) && !has(self.loadBalancerClass) && !has(self.allocateLoadBalancerNodePorts))",message="loadBalancerIP, loadBalancerSourceRanges, loadBalancerClass and allocateLoadBalancerNodePorts may only be set for type LoadBalancer"
+// +kubebuilder:validation:XValidation:rule="!has(self.ports) || self.type == 'NodePort' || self.type == 'LoadBalancer' || self.ports.all(p, !has(p.nodePort) || p.nodePort == 0)",message="ports[].nodePort may only be set for type NodePort or LoadBalancer"
+// +kubebuilder:validation:XValidation:rule="!has(self.sessionAffinityConfig) || self.sessionAffinity == 'ClientIP'",message="sessionAffinityConfig may only be set with sessionAffinity: ClientIP"
+// +kubebuilder:validation:XValidation:rule="!has(self.healthcheck) || !has(self.healthcheck.probes) || self.healthcheck.probes.all(p, p.timeoutSeconds <= self.healthcheck.periodSeconds)",message="healthcheck.probes[].timeoutSeconds must not exceed healthcheck.periodSeconds: a probe may not still run when the next one is due"
+type ServiceWithHealthchecksSpec struct {
+	// Ports the Service exposes. Each port needs a name when there is more than one.
+	// +optional
+	// +listType=map
+	// +listMapKey=port
+	// +listMapKey=protocol
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="size(self) <= 1 || self.all(p, has(p.name) && p.name != '')",message="every port needs a name when the resource exposes more than one port"
+	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.name) || self.filter(q, has(q.name) && q.name == p.name).size() == 1)",message="port names must be unique"
+	Ports []ServicePort `json:"ports,omitempty"`
+
+	// Selector chooses the pods, in the resource's own namespace, that back the Service.
+	// An empty selector selects no pod.
+	// +optional
+	// +mapType=atomic
+	Selector map[string]string `json:"selector,omitempty"`
+
+	// ClusterIP requests a specific address for the child Service ("None" for headless).
+	// It is used when the Service is created; it cannot change afterwards.
+	// +optional
+	ClusterIP string `json:"clusterIP,omitempty"`
+
+	// ClusterIPs requests the addresses of a dual-stack child Service.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=2
+	ClusterIPs []string `json:"clusterIPs,omitempty"`
+
+	// Type of the child Service: ClusterIP (default), NodePort or LoadBalancer.
+	// ExternalName is not supported: it has no endpoints to check.
+	// +optional
+	// +kubebuilder:default=ClusterIP
+	// +kubebuilder:validation:XValidation:rule="self != 'ExternalName'",message="type ExternalName is not supported: an ExternalName Service has no endpoints to check; use a plain Service instead"
+	// +kubebuilder:validation:XValidation:rule="self == 'ExternalName' || self in ['ClusterIP', 'NodePort', 'LoadBalancer']",message="type must be ClusterIP, NodePort or LoadBalancer"
+	Type corev1.ServiceType `json:"type,omitempty"`
+
+	// ExternalIPs the cluster also accepts traffic for.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	ExternalIPs []string `json:"externalIPs,omitempty"`
+
+	// SessionAffinity: None (default) or ClientIP.
+	// +optional
+	// +kubebuilder:default=None
+	// +kubebuilder:validation:Enum=None;ClientIP
+	SessionAffinity corev1.ServiceAffinity `json:"sessionAffinity,omitempty"`
+
+	// LoadBalancerIP is passed to the child Service (deprecated upstream, kept for compatibility).
+	// +optional
+	LoadBalancerIP string `json:"loadBalancerIP,omitempty"`
+
+	// LoadBalancerSourceRanges restricts the clients of a LoadBalancer.
+	// +optional
+	// +listType=atomic
+	LoadBalancerSourceRanges []string `json:"loadBalancerSourceRanges,omitempty"`
+
+	// ExternalTrafficPolicy: Cluster or Local, for NodePort and LoadBalancer.
+	// +optional
+	// +kubebuilder:validation:Enum=Cluster;Local
+	ExternalTrafficPolicy corev1.ServiceExternalTrafficPolicy `json:"externalTrafficPolicy,omitempty"`
+
+	// HealthCheckNodePort for type LoadBalancer with externalTrafficPolicy Local.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=65535
+	HealthCheckNodePort int32 `json:"healthCheckNodePort,omitempty"`
+
+	// PublishNotReadyAddresses publishes every pod with an IP as ready, ignoring the probes.
+	// +optional
+	PublishNotReadyAddresses bool `json:"publishNotReadyAddresses,omitempty"`
+
+	// SessionAffinityConfig configures ClientIP affinity.
+	// +optional
+	SessionAffinityConfig *corev1.SessionAffinityConfig `json:"sessionAffinityConfig,omitempty"`
+
+	// IPFamilies of the child Service.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=2
+	// +kubebuilder:validation:items:Enum=IPv4;IPv6
+	IPFamilies []corev1.IPFamily `json:"ipFamilies,omitempty"`
+
+	// IPFamilyPolicy of the child Service: SingleStack, PreferDualStack or RequireDualStack.
+	// +optional
+	// +kubebuilder:validation:Enum=SingleStack;PreferDualStack;RequireDualStack
+	IPFamilyPolicy *corev1.IPFamilyPolicy `json:"ipFamilyPolicy,omitempty"`
+
+	// AllocateLoadBalancerNodePorts for type LoadBalancer.
+	// +optional
+	AllocateLoadBalancerNodePorts *bool `json:"allocateLoadBalancerNodePorts,omitempty"`
+
+	// LoadBalancerClass selects the load-balancer implementation.
+	// +optional
+	LoadBalancerClass *string `json:"loadBalancerClass,omitempty"`
+
+	// InternalTrafficPolicy: Cluster or Local.
+	// +optional
+	// +kubebuilder:validation:Enum=Cluster;Local
+	InternalTrafficPolicy *corev1.ServiceInternalTrafficPolicy `json:"internalTrafficPolicy,omitempty"`
+
+	// TrafficDistribution is passed to the child Service (for example PreferClose).
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	TrafficDistribution *string `json:"trafficDistribution,omitempty"`
+
+	// Healthcheck decides, per port, which pods receive traffic. Without probes every port
+	// follows the pod's Ready condition, like a plain Service.
+	// +optional
+	Healthcheck *Healthcheck `json:"healthcheck,omitempty"`
+}
+
+// ServicePort is a port of the child Service (the fields of a Service port).
+type ServicePort struct {
+	// Name of the port: a DNS-1123 label. Required when there is more than one port.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="port name must consist of lowercase letters, digits and '-', and start and end with a letter or digit"
+	Name string `json:"name,omitempty"`
+
+	// Protocol: TCP (default), UDP or SCTP.
+	// +kubebuilder:default=TCP
+	// +kubebuilder:validation:Enum=TCP;UDP;SCTP
+	Protocol corev1.Protocol `json:"protocol"`
+
+	// AppProtocol is a hint for implementations, as in a Service.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	AppProtocol *string `json:"appProtocol,omitempty"`
+
+	// Port the Service exposes.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+
+	// TargetPort on the pod: a number, or the name of a container port. Defaults to port.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (size(self) <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a port number from 1 to 65535 or a container port name (lowercase letters, digits and '-', at most 15 characters, with at least one letter)"
+	TargetPort intstr.IntOrString `json:"targetPort,omitempty"`
+
+	// NodePort for type NodePort or LoadBalancer; allocated when omitted.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=65535
+	NodePort int32 `json:"nodePort,omitempty"`
+}
+
+// Healthcheck holds the probes and their schedule.
+type Healthcheck struct {
+	// InitialDelaySeconds after the pod starts before its first probe.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3600
+	InitialDelaySeconds int32 `json:"initialDelaySeconds"`
+
+	// PeriodSeconds between two runs of a probe.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	PeriodSeconds int32 `json:"periodSeconds"`
+
+	// Probes, grouped by the port they check: a probe whose targetPort is the target port of a
+	// Service port checks that port; any other targetPort checks the pod as a whole.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Probes []Probe `json:"probes,omitempty"`
+}
+
+// Probe is one active check of a pod.
+//
+// +kubebuilder:validation:XValidation:rule="self.mode != 'TCP' || (has(self.tcp) && !has(self.http) && !has(self.postgreSQL))",message="a probe with mode: TCP must set tcp: {targetPort: ...} and neither http nor postgreSQL"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'HTTP' || (has(self.http) && !has(self.tcp) && !has(self.postgreSQL))",message="a probe with mode: HTTP must set http: {targetPort: ...} and neither tcp nor postgreSQL"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'PostgreSQL' || (has(self.postgreSQL) && !has(self.tcp) && !has(self.http))",message="a probe with mode: PostgreSQL must set postgreSQL: {targetPort: ...} and neither tcp nor http"
+type Probe struct {
+	// Mode of the probe: HTTP, TCP or PostgreSQL. The block of the same name holds its settings.
+	// +required
+	Mode ProbeMode `json:"mode"`
+
+	// TimeoutSeconds is the hard deadline of one run.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=300
+	TimeoutSeconds int32 `json:"timeoutSeconds"`
+
+	// SuccessThreshold is how many consecutive passes make a failing target pass.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	SuccessThreshold int32 `json:"successThreshold"`
+
+	// FailureThreshold is how many consecutive failures make a passing target fail.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	FailureThreshold int32 `json:"failureThreshold"`
+
+	// TCP opens a connection and closes it at once; it sends nothing.
+	// +optional
+	TCP *TCPProbe `json:"tcp,omitempty"`
+
+	// HTTP sends one request and checks the status code.
+	// +optional
+	HTTP *HTTPProbe `json:"http,omitempty"`
+
+	// PostgreSQL runs a read-only query; see the query field for what passes.
+	// +optional
+	PostgreSQL *PostgreSQLProbe `json:"postgreSQL,omitempty"`
+}
+
+// TCPProbe connects to a port of the pod.
+type TCPProbe struct {
+	// TargetPort on the pod: a number, or the name of a container port.
+	// +required
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (size(self) <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a port number from 1 to 65535 or a container port name (lowercase letters, digits and '-', at most 15 characters, with at least one letter)"
+	TargetPort intstr.IntOrString `json:"targetPort"`
+}
+
+// HTTPHeader is a header sent with an HTTP probe.
+type HTTPHeader struct {
+	// Name of the header (an HTTP token).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[-!#$%&\\'*+.^_`|~0-9A-Za-z]+$')",message="header name must be an HTTP token: letters, digits and !#$%&'*+-.^_`|~, no spaces or colons"
+	Name string `json:"name"`
+
+	// Value of the header.
+	// +required
+	// +kubebuilder:validation:MaxLength=4096
+	Value string `json:"value"`
+}
+
+// HTTPProbe sends an HTTP request to the pod.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.caCert) || self.scheme == 'HTTPS'",message="http.caCert is only used with scheme: HTTPS"
+// +kubebuilder:validation:XValidation:rule="!has(self.insecureSkipTLSVerify) || !self.insecureSkipTLSVerify || self.scheme == 'HTTPS'",message="http.insecureSkipTLSVerify is only used with scheme: HTTPS"
+// +kubebuilder:validation:XValidation:rule="!has(self.caCert) || !has(self.insecureSkipTLSVerify) || !self.insecureSkipTLSVerify",message="set either http.caCert (verify against this CA) or http.insecureSkipTLSVerify, not both"
+type HTTPProbe struct {
+	// TargetPort on the pod: a number, or the name of a container port.
+	// +required
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (size(self) <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a port number from 1 to 65535 or a container port name (lowercase letters, digits and '-', at most 15 characters, with at least one letter)"
+	TargetPort intstr.IntOrString `json:"targetPort"`
+
+	// Path of the request; it must start with "/".
+	// +optional
+	// +kubebuilder:default="/"
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="http.path must start with /"
+	Path string `json:"path,omitempty"`
+
+	// Host sets the Host header and the TLS server name. It never changes where the probe
+	// connects: probes only ever dial the pod's own IP.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$')",message="http.host must be a host name, optionally with :port"
+	Host string `json:"host,omitempty"`
+
+	// Method: GET (default) or HEAD.
+	// +optional
+	// +kubebuilder:default=GET
+	// +kubebuilder:validation:Enum=GET;HEAD
+	Method string `json:"method,omitempty"`
+
+	// Scheme: HTTP (default) or HTTPS.
+	// +optional
+	// +kubebuilder:default=HTTP
+	// +kubebuilder:validation:Enum=HTTP;HTTPS
+	Scheme corev1.URIScheme `json:"scheme,omitempty"`
+
+	// HTTPHeaders sent with the request.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	HTTPHeaders []HTTPHeader `json:"httpHeaders,omitempty"`
+
+	// CACert (PEM) the server certificate must chain to, for scheme HTTPS. Without it the
+	// system roots are used.
+	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	// +kubebuilder:validation:XValidation:rule="self.contains('-----BEGIN CERTIFICATE-----')",message="http.caCert must hold a PEM certificate (-----BEGIN CERTIFICATE----- ...)"
+	CACert string `json:"caCert,omitempty"`
+
+	// InsecureSkipTLSVerify accepts any server certificate, for scheme HTTPS.
+	// +optional
+	InsecureSkipTLSVerify bool `json:"insecureSkipTLSVerify,omitempty"`
+
+	// SuccessStatusCodes extends the passing status codes (200-399 by default, like the kubelet)
+	// with codes ("418") and ranges ("400-404"). When set, only the listed codes pass.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:XValidation:rule="self.matches('^[1-5][0-9][0-9](-[1-5][0-9][0-9])?$') && (size(self) == 3 || self.substring(0, 3) <= self.substring(4, 7))",message="http.successStatusCodes entries must be a status code (\"200\") or an ascending range (\"200-299\") between 100 and 599"
+	SuccessStatusCodes []string `json:"successStatusCodes,omitempty"`
+}
+
+// PostgreSQLProbe runs a query against a PostgreSQL server in the pod.
+type PostgreSQLProbe struct {
+	// TargetPort on the pod: a number, or the name of a container port.
+	// +required
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (size(self) <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a port number from 1 to 65535 or a container port name (lowercase letters, digits and '-', at most 15 characters, with at least one letter)"
+	TargetPort intstr.IntOrString `json:"targetPort"`
+
+	// DBName is the database to connect to.
+	// +optional
+	// +kubebuilder:default=postgres
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	DBName string `json:"dbName,omitempty"`
+
+	// Query runs read-only with a server-side statement timeout. An error, no row, or a
+	// false-like first value (f, false, 0, no, off, NULL) fails; any other result passes.
+	// "SELECT 1" checks that the server answers; "SELECT NOT pg_is_in_recovery()" that it is
+	// the primary.
+	// +optional
+	// +kubebuilder:default="SELECT 1"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	Query string `json:"query,omitempty"`
+
+	// AuthSecretName names a Secret of type network.deckhouse.io/postgresql-credentials in the
+	// resource's namespace (keys user, password, tlsMode, caCert, clientCert, clientKey).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="postgreSQL.authSecretName must be a Secret name (lowercase letters, digits, '-' and '.')"
+	AuthSecretName string `json:"authSecretName,omitempty"`
+}
+
+// ServiceWithHealthchecksStatus is computed by the controller from the child Service, the
+// EndpointSlices and the agents' Leases.
+type ServiceWithHealthchecksStatus struct {
+	// ObservedGeneration is the generation the status was computed for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: ServiceSynced, EndpointsAvailable, SliceNameConflict and Ready.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Ports holds ready and total endpoint counts per Service port.
+	// +optional
+	// +listType=atomic
+	Ports []PortStatus `json:"ports,omitempty"`
+
+	// ReadySummary is a short text of the ready counts, for kubectl get.
+	// +optional
+	ReadySummary string `json:"readySummary,omitempty"`
+
+	// ClusterIP of the child Service.
+	// +optional
+	ClusterIP string `json:"clusterIP,omitempty"`
+
+	// LoadBalancer mirrors the child Service's load-balancer status.
+	// +optional
+	LoadBalancer corev1.LoadBalancerStatus `json:"loadBalancer,omitempty"`
+}
+
+// PortStatus counts the endpoints of one Service port.
+type PortStatus struct {
+	// Name of the Service port (empty for a single unnamed port).
+	// +optional
+	Name string `json:"name,omitempty"`
+	// Port number of the Service port.
+	Port int32 `json:"port"`
+	// ReadyEndpoints is the number of endpoints published as ready.
+	ReadyEndpoints int32 `json:"readyEndpoints"`
+	// TotalEndpoints is the number of endpoints published, ready or not.
+	TotalEndpoints int32 `json:"totalEndpoints"`
+}
+
+// Condition types and reasons.
+const (
+	ConditionServiceSynced      = "ServiceSynced"
+	ConditionEndpointsAvailable = "EndpointsAvailable"
+	ConditionSliceNameConflict  = "SliceNameConflict"
+	ConditionReady              = "Ready"
+)

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the tests need, when they are missing and we are root.
+# Without root it prints the exact command to run and fails.
+set -euo pipefail
+
+missing=()
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v nft >/dev/null 2>&1 || missing+=(nftables)
+[[ -x /usr/lib/postgresql/15/bin/postgres && -x /usr/lib/postgresql/15/bin/initdb ]] || missing+=(postgresql-15)
+command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
+command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+	exit 0
+fi
+# util-linux may be listed twice.
+mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${missing[*]}"
+if [[ $(id -u) -ne 0 ]]; then
+	echo "deps: missing packages: ${missing[*]}" >&2
+	echo "deps: run as root: $cmd" >&2
+	exit 1
+fi
+echo "deps: installing ${missing[*]}" >&2
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The Debian package starts a cluster of its own; the tests start their own servers.
+if command -v pg_lsclusters >/dev/null 2>&1; then
+	pg_lsclusters -h 2>/dev/null | while read -r ver name _; do
+		pg_ctlcluster "$ver" "$name" stop 2>/dev/null || true
+	done
+fi

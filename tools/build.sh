@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Builds the pinned tools from the Go module proxy and caches them outside the checkout.
+#
+#   tools/build.sh [GROUP...]        build the groups (default: all) and print nothing else
+#   tools/build.sh --dir GROUP       print the cache folder of GROUP (built or not)
+#
+# Each group is a Go module under tools/<group> (outside go.work) whose `tool` lines name the
+# binaries. A group's folder is keyed by a digest of its go.mod, go.sum, this script and the Go
+# version, so a fresh clone on the same machine reuses the binaries and a version change rebuilds
+# them. The cache root is $SWH_TOOLS_CACHE or $HOME/.cache/service-with-healthchecks.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cache_root=${SWH_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/service-with-healthchecks}
+all_groups=(kube codegen lint)
+
+group_dir() {
+	local g=$1 key
+	key=$( (go env GOVERSION; cat "$here/$g/go.mod" "$here/$g/go.sum" "$here/build.sh") | sha256sum | cut -c1-16)
+	echo "$cache_root/$g-$key"
+}
+
+# Binary names for packages whose last path element is a major version (go.etcd.io/etcd/server/v3).
+bin_name() {
+	case $1 in
+	go.etcd.io/etcd/server/v3) echo etcd ;;
+	*) basename "$1" ;;
+	esac
+}
+
+build_group() {
+	local g=$1 dir tmp pkg
+	dir=$(group_dir "$g")
+	if [[ -f $dir/.complete ]]; then
+		return 0
+	fi
+	echo "tools: building $g into $dir (first time on this machine; minutes)" >&2
+	mkdir -p "$cache_root"
+	tmp=$(mktemp -d "$cache_root/.$g.XXXXXX")
+	trap 'rm -rf "$tmp"' RETURN
+	(
+		cd "$here/$g"
+		export GOWORK=off
+		for pkg in $(sed -n '/^tool (/,/^)/{/^tool (/d;/^)/d;p}; s/^tool \([^(].*\)$/\1/p' go.mod); do
+			echo "tools:   $pkg" >&2
+			go build -o "$tmp/$(bin_name "$pkg")" "$pkg"
+		done
+	)
+	touch "$tmp/.complete"
+	rm -rf "$dir"
+	mv "$tmp" "$dir"
+}
+
+if [[ ${1:-} == --dir ]]; then
+	group_dir "${2:?--dir needs a group: ${all_groups[*]}}"
+	exit 0
+fi
+
+groups=("$@")
+[[ ${#groups[@]} -gt 0 ]] || groups=("${all_groups[@]}")
+for g in "${groups[@]}"; do
+	[[ -f $here/$g/go.mod ]] || { echo "tools: unknown group $g (have: ${all_groups[*]})" >&2; exit 2; }
+	build_group "$g"
+done
