@@ -1,0 +1,354 @@
+// Package slices computes, as pure functions, the EndpointSlices one agent publishes for one
+// resource on its node (DESIGN §4), and the plan that turns the existing slices into them.
+package slices
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/portrule"
+)
+
+// Pod is one selected pod of the node with the per-port rule applied to it.
+type Pod struct {
+	Pod *corev1.Pod
+	// Endpoints has one entry per spec.ports entry (portrule.Evaluate).
+	Endpoints []portrule.Endpoint
+}
+
+// Input is everything the desired slices of one (resource, node) depend on.
+type Input struct {
+	Resource *v1alpha1.ServiceWithHealthchecks
+	Node     string
+	// Zone is the node's topology.kubernetes.io/zone label ("" leaves endpoints without a zone).
+	Zone string
+	Pods []Pod
+	// Existing are the slices this agent published before for (resource, node). An endpoint
+	// whose verdict is undecided keeps the conditions it has there (DESIGN §5), and a split
+	// port keeps its primary number.
+	Existing []*discoveryv1.EndpointSlice
+}
+
+// Desired is one slice to publish and the key it is published under.
+type Desired struct {
+	Key   slicemeta.SliceKey
+	Slice *discoveryv1.EndpointSlice
+}
+
+// carryKey finds an endpoint of a pod on a port in the existing slices.
+type carryKey struct {
+	port    string
+	podUID  types.UID
+	address string
+}
+
+// groupKey is one candidate slice before primary numbers are chosen.
+type groupKey struct {
+	port   int
+	family discoveryv1.AddressType
+	number int32
+}
+
+// Compute returns the slices of (resource, node), sorted by name. A port with no published
+// endpoint on the node has no slice.
+func Compute(in Input) []Desired {
+	carried := map[carryKey]discoveryv1.EndpointConditions{}
+	primaries := map[string]int32{} // "<port>/<family>" -> number of the unsuffixed slice
+	for _, s := range in.Existing {
+		port := s.Labels[slicemeta.LabelPort]
+		for _, e := range s.Endpoints {
+			if e.TargetRef == nil || len(e.Addresses) == 0 {
+				continue
+			}
+			carried[carryKey{port, e.TargetRef.UID, e.Addresses[0]}] = e.Conditions
+		}
+		if len(s.Ports) == 1 && s.Ports[0].Port != nil && s.Name == (slicemeta.SliceKey{Resource: in.Resource.Name, Port: port, Node: in.Node, AddressType: s.AddressType}).Name() {
+			primaries[port+"/"+string(s.AddressType)] = *s.Ports[0].Port
+		}
+	}
+
+	groups := map[groupKey][]discoveryv1.Endpoint{}
+	for _, p := range in.Pods {
+		for _, ep := range p.Endpoints {
+			if !ep.Published || ep.PortIndex >= len(in.Resource.Spec.Ports) {
+				continue
+			}
+			portName := in.Resource.Spec.Ports[ep.PortIndex].Name
+			for _, ip := range podIPs(p.Pod) {
+				family := addressType(ip)
+				if family == "" {
+					continue
+				}
+				ready, serving, terminating := ep.Ready, ep.Serving, ep.Terminating
+				if !ep.Decided {
+					serving = false
+					if c, ok := carried[carryKey{portName, p.Pod.UID, ip}]; ok && c.Serving != nil {
+						serving = *c.Serving
+					}
+					ready, serving, terminating = portrule.Conditions(serving, ep.Terminating, ep.PublishNotReady)
+				}
+				gk := groupKey{port: ep.PortIndex, family: family, number: ep.TargetPort}
+				groups[gk] = append(groups[gk], endpoint(in, p.Pod, ip, ready, serving, terminating))
+			}
+		}
+	}
+
+	// Choose the primary (unsuffixed) number of each (port, family): the one already published
+	// unsuffixed when it is still in use, else the number with the most endpoints, then the
+	// smallest.
+	type pf struct {
+		port   int
+		family discoveryv1.AddressType
+	}
+	primary := map[pf]int32{}
+	counts := map[pf]map[int32]int{}
+	for gk, eps := range groups {
+		k := pf{gk.port, gk.family}
+		if counts[k] == nil {
+			counts[k] = map[int32]int{}
+		}
+		counts[k][gk.number] = len(eps)
+	}
+	for k, byNumber := range counts {
+		if n, ok := primaries[in.Resource.Spec.Ports[k.port].Name+"/"+string(k.family)]; ok && byNumber[n] > 0 {
+			primary[k] = n
+			continue
+		}
+		best, bestCount := int32(0), -1
+		for n, c := range byNumber {
+			if c > bestCount || (c == bestCount && n < best) {
+				best, bestCount = n, c
+			}
+		}
+		primary[k] = best
+	}
+
+	out := make([]Desired, 0, len(groups))
+	for gk, eps := range groups {
+		sp := in.Resource.Spec.Ports[gk.port]
+		key := slicemeta.SliceKey{Resource: in.Resource.Name, Port: sp.Name, Node: in.Node, AddressType: gk.family}
+		if gk.family == discoveryv1.AddressTypeIPv4 {
+			key.AddressType = ""
+		}
+		if primary[pf{gk.port, gk.family}] != gk.number {
+			key.SplitPort = gk.number
+		}
+		slices.SortFunc(eps, func(a, b discoveryv1.Endpoint) int { return cmp.Compare(a.Addresses[0], b.Addresses[0]) })
+		out = append(out, Desired{Key: key, Slice: newSlice(in, key, gk.family, sp, gk.number, eps)})
+	}
+	slices.SortFunc(out, func(a, b Desired) int { return cmp.Compare(a.Slice.Name, b.Slice.Name) })
+	return out
+}
+
+func newSlice(in Input, key slicemeta.SliceKey, family discoveryv1.AddressType, sp v1alpha1.ServicePort, number int32, eps []discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+	name, proto, port := sp.Name, sp.Protocol, number
+	if proto == "" {
+		proto = corev1.ProtocolTCP
+	}
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            key.Name(),
+			Namespace:       in.Resource.Namespace,
+			Labels:          key.Labels(),
+			Annotations:     key.Annotations(),
+			OwnerReferences: []metav1.OwnerReference{slicemeta.OwnerReference(in.Resource.Name, in.Resource.UID)},
+		},
+		AddressType: family,
+		Endpoints:   eps,
+		Ports: []discoveryv1.EndpointPort{{
+			Name:        &name,
+			Protocol:    &proto,
+			Port:        &port,
+			AppProtocol: sp.AppProtocol,
+		}},
+	}
+}
+
+func endpoint(in Input, pod *corev1.Pod, ip string, ready, serving, terminating bool) discoveryv1.Endpoint {
+	node := in.Node
+	e := discoveryv1.Endpoint{
+		Addresses:  []string{ip},
+		Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &terminating},
+		NodeName:   &node,
+		TargetRef: &corev1.ObjectReference{
+			Kind:      "Pod",
+			Namespace: pod.Namespace,
+			Name:      pod.Name,
+			UID:       pod.UID,
+		},
+	}
+	if in.Zone != "" {
+		zone := in.Zone
+		e.Zone = &zone
+	}
+	// Headless DNS records per pod, as the built-in controller does.
+	if pod.Spec.Hostname != "" && pod.Spec.Subdomain == in.Resource.Name {
+		h := pod.Spec.Hostname
+		e.Hostname = &h
+	}
+	return e
+}
+
+func podIPs(pod *corev1.Pod) []string {
+	var ips []string
+	for _, ip := range pod.Status.PodIPs {
+		if ip.IP != "" && !slices.Contains(ips, ip.IP) {
+			ips = append(ips, ip.IP)
+		}
+	}
+	if len(ips) == 0 && pod.Status.PodIP != "" {
+		ips = append(ips, pod.Status.PodIP)
+	}
+	return ips
+}
+
+func addressType(ip string) discoveryv1.AddressType {
+	a, err := netip.ParseAddr(ip)
+	switch {
+	case err != nil:
+		return ""
+	case a.Is4() || a.Is4In6():
+		return discoveryv1.AddressTypeIPv4
+	default:
+		return discoveryv1.AddressTypeIPv6
+	}
+}
+
+// Conflict is a desired slice name held by a slice this agent may not write.
+type Conflict struct {
+	Name string
+	// Holder describes who holds the name, for the Event.
+	Holder string
+}
+
+// Plan is what turns the existing slices into the desired ones. Update entries are copies of
+// the existing objects (with their resourceVersion) carrying the desired content.
+type Plan struct {
+	Create    []*discoveryv1.EndpointSlice
+	Update    []*discoveryv1.EndpointSlice
+	Delete    []*discoveryv1.EndpointSlice
+	Conflicts []Conflict
+}
+
+// HasChanges tells whether applying the plan writes anything.
+func (p Plan) HasChanges() bool {
+	return len(p.Create)+len(p.Update)+len(p.Delete) > 0
+}
+
+// Diff plans the writes from existing to desired for (resource, node). existing holds, by name,
+// the slices this agent knows: its own for (resource, node) and any other slice that holds a
+// desired name. A slice is written only when it is ours (managed by us, published for the same
+// resource, port and node) and owned by the live resource uid — or when it is ours but owned by
+// a deleted resource of the same name, which is garbage the live resource takes over. A name
+// held by anything else is a Conflict and is not touched. Own slices of the node that are no
+// longer desired are deleted.
+func Diff(resource string, uid types.UID, node string, desired []Desired, existing map[string]*discoveryv1.EndpointSlice) Plan {
+	var p Plan
+	want := map[string]bool{}
+	for _, d := range desired {
+		want[d.Slice.Name] = true
+		cur, ok := existing[d.Slice.Name]
+		if !ok {
+			p.Create = append(p.Create, d.Slice)
+			continue
+		}
+		if !slicemeta.IsManaged(cur) || !d.Key.Matches(cur) {
+			p.Conflicts = append(p.Conflicts, Conflict{Name: d.Slice.Name, Holder: holder(cur)})
+			continue
+		}
+		if u, changed := merge(cur, d.Slice); changed {
+			p.Update = append(p.Update, u)
+		}
+	}
+	names := make([]string, 0, len(existing))
+	for name := range existing {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		cur := existing[name]
+		if want[name] || !slicemeta.IsOwnedBy(cur, uid) || cur.Labels[slicemeta.LabelResource] != resource || slicemeta.NodeOf(cur) != node {
+			continue
+		}
+		p.Delete = append(p.Delete, cur)
+	}
+	return p
+}
+
+func holder(s *discoveryv1.EndpointSlice) string {
+	switch {
+	case !slicemeta.IsManaged(s):
+		if m := s.Labels[discoveryv1.LabelManagedBy]; m != "" {
+			return "a slice managed by " + m
+		}
+		return "a slice not managed by this module"
+	default:
+		return "the slice of resource " + s.Labels[slicemeta.LabelResource] + ", port " + s.Labels[slicemeta.LabelPort] + ", node " + slicemeta.NodeOf(s)
+	}
+}
+
+// merge returns a copy of cur with the content of want, and whether anything differs.
+// Labels and annotations of others are kept; ours are set.
+func merge(cur, want *discoveryv1.EndpointSlice) (*discoveryv1.EndpointSlice, bool) {
+	u := cur.DeepCopy()
+	changed := false
+	if u.Labels == nil {
+		u.Labels = map[string]string{}
+	}
+	for k, v := range want.Labels {
+		if old, ok := u.Labels[k]; !ok || old != v {
+			u.Labels[k], changed = v, true
+		}
+	}
+	if _, ok := want.Labels[slicemeta.LabelNode]; !ok {
+		if _, had := u.Labels[slicemeta.LabelNode]; had {
+			delete(u.Labels, slicemeta.LabelNode)
+			changed = true
+		}
+	}
+	if u.Annotations == nil {
+		u.Annotations = map[string]string{}
+	}
+	for k, v := range want.Annotations {
+		if old, ok := u.Annotations[k]; !ok || old != v {
+			u.Annotations[k], changed = v, true
+		}
+	}
+	refs, refsChanged := ownerRefs(u.OwnerReferences, want.OwnerReferences[0])
+	if refsChanged {
+		u.OwnerReferences, changed = refs, true
+	}
+	if !equality.Semantic.DeepEqual(u.Endpoints, want.Endpoints) {
+		u.Endpoints, changed = want.Endpoints, true
+	}
+	if !equality.Semantic.DeepEqual(u.Ports, want.Ports) {
+		u.Ports, changed = want.Ports, true
+	}
+	return u, changed
+}
+
+// ownerRefs replaces any ServiceWithHealthchecks owner reference with ref and keeps the others.
+func ownerRefs(refs []metav1.OwnerReference, ref metav1.OwnerReference) ([]metav1.OwnerReference, bool) {
+	out := []metav1.OwnerReference{ref}
+	found := false
+	for _, r := range refs {
+		if r.Kind == ref.Kind && r.APIVersion == ref.APIVersion {
+			if equality.Semantic.DeepEqual(r, ref) {
+				found = true
+			}
+			continue
+		}
+		out = append(out, r)
+	}
+	changed := !found || len(out) != len(refs)
+	return out, changed
+}

@@ -1,0 +1,374 @@
+package slices
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/portrule"
+)
+
+const node = "node-a"
+
+func resource(ports ...v1alpha1.ServicePort) *v1alpha1.ServiceWithHealthchecks {
+	return &v1alpha1.ServiceWithHealthchecks{
+		ObjectMeta: metav1.ObjectMeta{Name: "mail", Namespace: "ns", UID: "uid-1"},
+		Spec:       v1alpha1.ServiceWithHealthchecksSpec{Ports: ports},
+	}
+}
+
+var (
+	webPort  = v1alpha1.ServicePort{Name: "web", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("web")}
+	smtpPort = v1alpha1.ServicePort{Name: "smtp", Port: 25, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(2525)}
+)
+
+func pod(name string, webNumber int32, ips ...string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name)},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Ports: []corev1.ContainerPort{
+			{Name: "web", ContainerPort: webNumber, Protocol: corev1.ProtocolTCP},
+		}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+	for _, ip := range ips {
+		p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ip})
+	}
+	if len(ips) > 0 {
+		p.Status.PodIP = ips[0]
+	}
+	return p
+}
+
+// evaluated applies the per-port rule with every probe in the given state.
+func evaluated(r *v1alpha1.ServiceWithHealthchecks, results portrule.Results, pods ...*corev1.Pod) []Pod {
+	var out []Pod
+	for _, p := range pods {
+		out = append(out, Pod{Pod: p, Endpoints: portrule.Evaluate(&r.Spec, p, results)})
+	}
+	return out
+}
+
+// summary is a slice reduced to what the tests assert: port and "address=ready/serving/terminating".
+type summary struct {
+	port      int32
+	endpoints []string
+}
+
+func summarize(t *testing.T, ds []Desired) map[string]summary {
+	t.Helper()
+	out := map[string]summary{}
+	for _, d := range ds {
+		s := d.Slice
+		require.Len(t, s.Ports, 1)
+		require.Equal(t, d.Key.Name(), s.Name)
+		var eps []string
+		for _, e := range s.Endpoints {
+			c := e.Conditions
+			require.NotNil(t, c.Ready, "ready is always explicit")
+			require.NotNil(t, c.Serving, "serving is always explicit")
+			require.NotNil(t, c.Terminating, "terminating is always explicit")
+			eps = append(eps, e.Addresses[0]+"="+b(*c.Ready)+b(*c.Serving)+b(*c.Terminating))
+		}
+		out[s.Name] = summary{*s.Ports[0].Port, eps}
+	}
+	return out
+}
+
+func b(v bool) string {
+	if v {
+		return "T"
+	}
+	return "F"
+}
+
+func TestCompute(t *testing.T) {
+	long := strings.Repeat("n", 250)
+	fits := strings.Repeat("n", 240)
+	tests := map[string]struct {
+		res      *v1alpha1.ServiceWithHealthchecks
+		node     string
+		pods     []*corev1.Pod
+		results  portrule.Results
+		existing []*discoveryv1.EndpointSlice
+		want     map[string]summary
+	}{
+		"one slice per port per node, with the resolved target port": {
+			res:  resource(webPort, smtpPort),
+			pods: []*corev1.Pod{pod("p1", 8080, "10.0.0.1"), pod("p2", 8080, "10.0.0.2")},
+			want: map[string]summary{
+				"mail-web-node-a":  {8080, []string{"10.0.0.1=TTF", "10.0.0.2=TTF"}},
+				"mail-smtp-node-a": {2525, []string{"10.0.0.1=TTF", "10.0.0.2=TTF"}},
+			},
+		},
+		"a single unnamed port is named after the resource and node only": {
+			res:  resource(v1alpha1.ServicePort{Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}),
+			pods: []*corev1.Pod{pod("p1", 8080, "10.0.0.1")},
+			want: map[string]summary{"mail-node-a": {8080, []string{"10.0.0.1=TTF"}}},
+		},
+		"no pod on the node gives no slice at all": {
+			res:  resource(webPort, smtpPort),
+			want: map[string]summary{},
+		},
+		"a pod lacking the named port leaves that port's slice out": {
+			res:  resource(webPort, smtpPort),
+			pods: []*corev1.Pod{func() *corev1.Pod { p := pod("p1", 8080, "10.0.0.1"); p.Spec.Containers[0].Ports = nil; return p }()},
+			want: map[string]summary{"mail-smtp-node-a": {2525, []string{"10.0.0.1=TTF"}}},
+		},
+		"a named port resolved to different numbers splits into suffixed slices": {
+			res:  resource(webPort),
+			pods: []*corev1.Pod{pod("p1", 8080, "10.0.0.1"), pod("p2", 8080, "10.0.0.2"), pod("p3", 9090, "10.0.0.3")},
+			want: map[string]summary{
+				"mail-web-node-a":      {8080, []string{"10.0.0.1=TTF", "10.0.0.2=TTF"}},
+				"mail-web-node-a-9090": {9090, []string{"10.0.0.3=TTF"}},
+			},
+		},
+		"a split port keeps the number it already published unsuffixed": {
+			res:  resource(webPort),
+			pods: []*corev1.Pod{pod("p1", 8080, "10.0.0.1"), pod("p2", 9090, "10.0.0.2"), pod("p3", 9090, "10.0.0.3")},
+			existing: []*discoveryv1.EndpointSlice{existingSlice("mail-web-node-a", "web", 8080, discoveryv1.AddressTypeIPv4,
+				discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}, Conditions: conds(true, true, false), TargetRef: &corev1.ObjectReference{UID: "uid-p1"}})},
+			want: map[string]summary{
+				"mail-web-node-a":      {8080, []string{"10.0.0.1=TTF"}},
+				"mail-web-node-a-9090": {9090, []string{"10.0.0.2=TTF", "10.0.0.3=TTF"}},
+			},
+		},
+		"a dual-stack pod is published in one slice per family": {
+			res:  resource(smtpPort),
+			pods: []*corev1.Pod{pod("p1", 8080, "10.0.0.1", "fd00::1")},
+			want: map[string]summary{
+				"mail-smtp-node-a":      {2525, []string{"10.0.0.1=TTF"}},
+				"mail-smtp-node-a-ipv6": {2525, []string{"fd00::1=TTF"}},
+			},
+		},
+		"a long node name is replaced by its digest": {
+			res:  resource(smtpPort),
+			node: long,
+			pods: []*corev1.Pod{pod("p1", 8080, "10.0.0.1")},
+			want: map[string]summary{"mail-smtp-" + slicemeta.NodeDigest(long): {2525, []string{"10.0.0.1=TTF"}}},
+		},
+		"a 240-character node name that fits stays in the name": {
+			res:  resource(smtpPort),
+			node: fits,
+			pods: []*corev1.Pod{pod("p1", 8080, "10.0.0.1")},
+			want: map[string]summary{"mail-smtp-" + fits: {2525, []string{"10.0.0.1=TTF"}}},
+		},
+		"an undecided endpoint keeps the verdict it has in an existing slice": {
+			res:     resourceWithProbe(smtpPort),
+			pods:    []*corev1.Pod{pod("p1", 8080, "10.0.0.1"), pod("p2", 8080, "10.0.0.2"), pod("p3", 8080, "10.0.0.3")},
+			results: portrule.Results{},
+			existing: []*discoveryv1.EndpointSlice{existingSlice("mail-smtp-node-a", "smtp", 2525, discoveryv1.AddressTypeIPv4,
+				discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}, Conditions: conds(true, true, false), TargetRef: &corev1.ObjectReference{UID: "uid-p1"}},
+				discoveryv1.Endpoint{Addresses: []string{"10.0.0.2"}, Conditions: conds(false, false, false), TargetRef: &corev1.ObjectReference{UID: "uid-p2"}})},
+			want: map[string]summary{"mail-smtp-node-a": {2525, []string{"10.0.0.1=TTF", "10.0.0.2=FFF", "10.0.0.3=FFF"}}},
+		},
+		"a decided endpoint overrides an existing slice": {
+			res:     resourceWithProbe(smtpPort),
+			pods:    []*corev1.Pod{pod("p1", 8080, "10.0.0.1")},
+			results: portrule.Results{0: {State: portrule.Fail, Reason: "refused"}},
+			existing: []*discoveryv1.EndpointSlice{existingSlice("mail-smtp-node-a", "smtp", 2525, discoveryv1.AddressTypeIPv4,
+				discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}, Conditions: conds(true, true, false), TargetRef: &corev1.ObjectReference{UID: "uid-p1"}})},
+			want: map[string]summary{"mail-smtp-node-a": {2525, []string{"10.0.0.1=FFF"}}},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			n := tc.node
+			if n == "" {
+				n = node
+			}
+			got := Compute(Input{Resource: tc.res, Node: n, Zone: "zone-1", Pods: evaluated(tc.res, tc.results, tc.pods...), Existing: tc.existing})
+			assert.Equal(t, tc.want, summarize(t, got))
+			for _, d := range got {
+				assert.LessOrEqual(t, len(d.Slice.Name), slicemeta.MaxNameLength)
+				assert.Empty(t, validation.IsDNS1123Subdomain(d.Slice.Name))
+			}
+		})
+	}
+}
+
+func TestComputeSliceContent(t *testing.T) {
+	res := resource(webPort, smtpPort)
+	appProto := "smtp"
+	res.Spec.Ports[1].AppProtocol = &appProto
+	p := pod("p1", 8080, "10.0.0.1")
+	p.Spec.Hostname, p.Spec.Subdomain = "p1", "mail"
+	got := Compute(Input{Resource: res, Node: node, Zone: "zone-1", Pods: evaluated(res, nil, p)})
+	require.Len(t, got, 2)
+	s := got[0].Slice
+	assert.Equal(t, "mail-smtp-node-a", s.Name)
+	assert.Equal(t, "ns", s.Namespace)
+	assert.Equal(t, discoveryv1.AddressTypeIPv4, s.AddressType)
+	assert.Equal(t, "smtp", *s.Ports[0].Name, "port name as in the Service")
+	assert.Equal(t, corev1.ProtocolTCP, *s.Ports[0].Protocol)
+	assert.Equal(t, &appProto, s.Ports[0].AppProtocol)
+	assert.Equal(t, map[string]string{
+		discoveryv1.LabelServiceName: "mail",
+		discoveryv1.LabelManagedBy:   slicemeta.ManagedBy,
+		slicemeta.LabelResource:      "mail",
+		slicemeta.LabelPort:          "smtp",
+		slicemeta.LabelNode:          node,
+	}, s.Labels)
+	assert.Equal(t, node, s.Annotations[slicemeta.AnnotationNode])
+	assert.Equal(t, []metav1.OwnerReference{slicemeta.OwnerReference("mail", "uid-1")}, s.OwnerReferences)
+	e := s.Endpoints[0]
+	assert.Equal(t, node, *e.NodeName)
+	assert.Equal(t, "zone-1", *e.Zone)
+	assert.Equal(t, "p1", *e.Hostname)
+	assert.Equal(t, &corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "p1", UID: "uid-p1"}, e.TargetRef)
+
+	noZone := Compute(Input{Resource: res, Node: node, Pods: evaluated(res, nil, p)})
+	assert.Nil(t, noZone[0].Slice.Endpoints[0].Zone, "an unknown zone is omitted")
+}
+
+func resourceWithProbe(ports ...v1alpha1.ServicePort) *v1alpha1.ServiceWithHealthchecks {
+	r := resource(ports...)
+	r.Spec.Healthcheck = &v1alpha1.Healthcheck{PeriodSeconds: 1, Probes: []v1alpha1.Probe{{
+		Mode: v1alpha1.ProbeModeTCP, SuccessThreshold: 1, FailureThreshold: 3,
+		TCP: &v1alpha1.TCPProbe{TargetPort: intstr.FromInt32(2525)},
+	}}}
+	return r
+}
+
+func conds(ready, serving, terminating bool) discoveryv1.EndpointConditions {
+	return discoveryv1.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &terminating}
+}
+
+func existingSlice(name, port string, number int32, family discoveryv1.AddressType, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+	key := slicemeta.SliceKey{Resource: "mail", Port: port, Node: node}
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: key.Labels(), Annotations: key.Annotations(),
+			OwnerReferences: []metav1.OwnerReference{slicemeta.OwnerReference("mail", "uid-1")}},
+		AddressType: family,
+		Endpoints:   eps,
+		Ports:       []discoveryv1.EndpointPort{{Name: &port, Port: &number}},
+	}
+}
+
+func TestDiff(t *testing.T) {
+	res := resource(webPort, smtpPort)
+	desired := Compute(Input{Resource: res, Node: node, Pods: evaluated(res, nil, pod("p1", 8080, "10.0.0.1"))})
+	require.Len(t, desired, 2)
+	byName := func(ss ...*discoveryv1.EndpointSlice) map[string]*discoveryv1.EndpointSlice {
+		m := map[string]*discoveryv1.EndpointSlice{}
+		for _, s := range ss {
+			m[s.Name] = s
+		}
+		return m
+	}
+	published := func(name string) *discoveryv1.EndpointSlice {
+		for _, d := range desired {
+			if d.Slice.Name == name {
+				s := d.Slice.DeepCopy()
+				s.ResourceVersion = "7"
+				return s
+			}
+		}
+		t.Fatalf("no desired slice %s", name)
+		return nil
+	}
+	names := func(ss []*discoveryv1.EndpointSlice) []string {
+		var out []string
+		for _, s := range ss {
+			out = append(out, s.Name)
+		}
+		return out
+	}
+	tests := map[string]struct {
+		existing  map[string]*discoveryv1.EndpointSlice
+		create    []string
+		update    []string
+		del       []string
+		conflicts []string
+	}{
+		"nothing published yet creates every slice": {
+			existing: byName(),
+			create:   []string{"mail-smtp-node-a", "mail-web-node-a"},
+		},
+		"identical slices need no write": {
+			existing: byName(published("mail-smtp-node-a"), published("mail-web-node-a")),
+		},
+		"a changed condition updates that slice only": {
+			existing: byName(published("mail-smtp-node-a"), func() *discoveryv1.EndpointSlice {
+				s := published("mail-web-node-a")
+				s.Endpoints[0].Conditions = conds(false, false, false)
+				return s
+			}()),
+			update: []string{"mail-web-node-a"},
+		},
+		"labels added by others are kept and need no write": {
+			existing: byName(published("mail-web-node-a"), func() *discoveryv1.EndpointSlice {
+				s := published("mail-smtp-node-a")
+				s.Labels["team"] = "mail"
+				return s
+			}()),
+		},
+		"an own slice of a port that is no longer desired is deleted": {
+			existing: byName(published("mail-smtp-node-a"), published("mail-web-node-a"),
+				existingSlice("mail-imap-node-a", "imap", 143, discoveryv1.AddressTypeIPv4)),
+			del: []string{"mail-imap-node-a"},
+		},
+		"another node's slice is never deleted": {
+			existing: byName(published("mail-smtp-node-a"), published("mail-web-node-a"), func() *discoveryv1.EndpointSlice {
+				s := existingSlice("mail-web-node-b", "web", 8080, discoveryv1.AddressTypeIPv4)
+				s.Annotations[slicemeta.AnnotationNode] = "node-b"
+				return s
+			}()),
+		},
+		"a name held by a slice of another module is a conflict and is not written": {
+			existing: byName(published("mail-web-node-a"), func() *discoveryv1.EndpointSlice {
+				s := published("mail-smtp-node-a")
+				s.Labels[discoveryv1.LabelManagedBy] = "someone-else"
+				return s
+			}()),
+			conflicts: []string{"mail-smtp-node-a"},
+		},
+		"a name held by another resource's slice is a conflict and is neither written nor deleted": {
+			existing: byName(published("mail-web-node-a"), func() *discoveryv1.EndpointSlice {
+				s := published("mail-smtp-node-a")
+				s.Labels[slicemeta.LabelResource] = "mail-smtp"
+				s.Labels[slicemeta.LabelPort] = "node"
+				s.Annotations[slicemeta.AnnotationNode] = "a"
+				s.OwnerReferences = []metav1.OwnerReference{slicemeta.OwnerReference("mail-smtp", "uid-2")}
+				return s
+			}()),
+			conflicts: []string{"mail-smtp-node-a"},
+		},
+		"a slice left by a deleted resource of the same name is taken over": {
+			existing: byName(published("mail-web-node-a"), func() *discoveryv1.EndpointSlice {
+				s := published("mail-smtp-node-a")
+				s.OwnerReferences = []metav1.OwnerReference{slicemeta.OwnerReference("mail", "uid-old")}
+				return s
+			}()),
+			update: []string{"mail-smtp-node-a"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p := Diff("mail", "uid-1", node, desired, tc.existing)
+			assert.Equal(t, tc.create, names(p.Create), "create")
+			assert.Equal(t, tc.update, names(p.Update), "update")
+			assert.Equal(t, tc.del, names(p.Delete), "delete")
+			var conflicts []string
+			for _, c := range p.Conflicts {
+				conflicts = append(conflicts, c.Name)
+				assert.NotEmpty(t, c.Holder)
+			}
+			assert.Equal(t, tc.conflicts, conflicts, "conflicts")
+			assert.Equal(t, len(tc.create)+len(tc.update)+len(tc.del) > 0, p.HasChanges())
+			for _, u := range p.Update {
+				assert.Equal(t, "7", u.ResourceVersion, "an update carries the version it was computed from")
+				assert.True(t, slicemeta.IsOwnedBy(u, "uid-1"))
+			}
+		})
+	}
+}
