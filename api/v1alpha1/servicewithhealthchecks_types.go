@@ -212,6 +212,7 @@ type ServicePort struct {
 	// TargetPort on the pod: a number, or the name of a container port. Defaults to port.
 	// +optional
 	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=15
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (size(self) <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a port number from 1 to 65535 or a container port name (lowercase letters, digits and '-', at most 15 characters, with at least one letter)"
 	TargetPort intstr.IntOrString `json:"targetPort,omitempty"`
 
@@ -295,6 +296,7 @@ type TCPProbe struct {
 	// TargetPort on the pod: a number, or the name of a container port.
 	// +required
 	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=15
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (size(self) <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a port number from 1 to 65535 or a container port name (lowercase letters, digits and '-', at most 15 characters, with at least one letter)"
 	TargetPort intstr.IntOrString `json:"targetPort"`
 }
@@ -323,6 +325,7 @@ type HTTPProbe struct {
 	// TargetPort on the pod: a number, or the name of a container port.
 	// +required
 	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=15
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (size(self) <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a port number from 1 to 65535 or a container port name (lowercase letters, digits and '-', at most 15 characters, with at least one letter)"
 	TargetPort intstr.IntOrString `json:"targetPort"`
 
@@ -374,6 +377,7 @@ type HTTPProbe struct {
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=7
 	// +kubebuilder:validation:items:XValidation:rule="self.matches('^[1-5][0-9][0-9](-[1-5][0-9][0-9])?$') && (size(self) == 3 || self.substring(0, 3) <= self.substring(4, 7))",message="http.successStatusCodes entries must be a status code (\"200\") or an ascending range (\"200-299\") between 100 and 599"
 	SuccessStatusCodes []string `json:"successStatusCodes,omitempty"`
 }
@@ -383,6 +387,7 @@ type PostgreSQLProbe struct {
 	// TargetPort on the pod: a number, or the name of a container port.
 	// +required
 	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=15
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (size(self) <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a port number from 1 to 65535 or a container port name (lowercase letters, digits and '-', at most 15 characters, with at least one letter)"
 	TargetPort intstr.IntOrString `json:"targetPort"`
 

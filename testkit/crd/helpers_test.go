@@ -1,0 +1,5 @@
+package crd_test
+
+import "sigs.k8s.io/controller-runtime/pkg/client"
+
+func keyOf(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }

@@ -1,0 +1,308 @@
+package crd_test
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
+)
+
+var env *controlplane.Env
+
+func TestMain(m *testing.M) {
+	var err error
+	env, err = controlplane.Start(controlplane.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
+// object builds a ServiceWithHealthchecks from the YAML of its spec.
+func object(t *testing.T, ns, name, specYAML string) *unstructured.Unstructured {
+	t.Helper()
+	var spec map[string]any
+	require.NoError(t, yaml.Unmarshal([]byte(specYAML), &spec))
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.GroupVersion.String(),
+		"kind":       "ServiceWithHealthchecks",
+		"metadata":   map[string]any{"name": name, "namespace": ns},
+		"spec":       spec,
+	}}
+	return u
+}
+
+const validPorts = `
+ports:
+- {name: web, port: 80, targetPort: 8080}
+selector: {app: demo}
+`
+
+func withProbe(probe string) string {
+	return validPorts + "healthcheck:\n  probes:\n" + indent(probe, "  ")
+}
+
+func indent(s, prefix string) string {
+	lines := strings.Split(strings.Trim(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = prefix + l
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+func TestInvalidResourcesAreRejectedWithAClearMessage(t *testing.T) {
+	ns := env.CreateNamespaceForTest(t, "crd-invalid")
+	tests := map[string]struct {
+		name string
+		spec string
+		want string
+	}{
+		"a TCP probe that carries an http block names the tcp field": {
+			spec: withProbe("- mode: TCP\n  http: {targetPort: 8080, path: /}"),
+			want: "a probe with mode: TCP must set tcp: {targetPort: ...} and neither http nor postgreSQL",
+		},
+		"an HTTP probe without its http block": {
+			spec: withProbe("- mode: HTTP\n  tcp: {targetPort: 8080}"),
+			want: "a probe with mode: HTTP must set http: {targetPort: ...}",
+		},
+		"a PostgreSQL probe with a second block": {
+			spec: withProbe("- mode: PostgreSQL\n  postgreSQL: {targetPort: 5432}\n  tcp: {targetPort: 5432}"),
+			want: "a probe with mode: PostgreSQL must set postgreSQL: {targetPort: ...} and neither tcp nor http",
+		},
+		"an unknown probe mode": {
+			spec: withProbe("- mode: GRPC\n  tcp: {targetPort: 8080}"),
+			want: `Unsupported value: "GRPC": supported values: "HTTP", "TCP", "PostgreSQL"`,
+		},
+		"a probe target port of zero": {
+			spec: withProbe("- mode: TCP\n  tcp: {targetPort: 0}"),
+			want: "targetPort must be a port number from 1 to 65535 or a container port name",
+		},
+		"a probe target port above 65535": {
+			spec: withProbe("- mode: TCP\n  tcp: {targetPort: 70000}"),
+			want: "targetPort must be a port number from 1 to 65535",
+		},
+		"a probe target port name that is not a port name": {
+			spec: withProbe("- mode: TCP\n  tcp: {targetPort: Bad_Name}"),
+			want: "or a container port name (lowercase letters, digits and '-', at most 15 characters, with at least one letter)",
+		},
+		"an HTTP path without a leading slash": {
+			spec: withProbe("- mode: HTTP\n  http: {targetPort: 8080, path: healthz}"),
+			want: "http.path must start with /",
+		},
+		"an HTTP header name with a space": {
+			spec: withProbe("- mode: HTTP\n  http:\n    targetPort: 8080\n    httpHeaders: [{name: 'X Bad', value: v}]"),
+			want: "header name must be an HTTP token",
+		},
+		"an HTTP method other than GET or HEAD": {
+			spec: withProbe("- mode: HTTP\n  http: {targetPort: 8080, method: POST}"),
+			want: `Unsupported value: "POST": supported values: "GET", "HEAD"`,
+		},
+		"an unknown HTTP scheme": {
+			spec: withProbe("- mode: HTTP\n  http: {targetPort: 8080, scheme: FTP}"),
+			want: `Unsupported value: "FTP": supported values: "HTTP", "HTTPS"`,
+		},
+		"a CA certificate on a plain HTTP probe": {
+			spec: withProbe("- mode: HTTP\n  http: {targetPort: 8080, caCert: \"-----BEGIN CERTIFICATE-----\\nMIIB\\n-----END CERTIFICATE-----\"}"),
+			want: "http.caCert is only used with scheme: HTTPS",
+		},
+		"a CA certificate that is not PEM": {
+			spec: withProbe("- mode: HTTP\n  http: {targetPort: 8080, scheme: HTTPS, caCert: not-a-certificate}"),
+			want: "http.caCert must hold a PEM certificate",
+		},
+		"a descending status code range": {
+			spec: withProbe("- mode: HTTP\n  http: {targetPort: 8080, successStatusCodes: ['299-200']}"),
+			want: "http.successStatusCodes entries must be a status code",
+		},
+		"a failure threshold of zero": {
+			spec: withProbe("- mode: TCP\n  failureThreshold: 0\n  tcp: {targetPort: 8080}"),
+			want: "spec.healthcheck.probes[0].failureThreshold in body should be greater than or equal to 1",
+		},
+		"a timeout longer than the period": {
+			spec: validPorts + "healthcheck:\n  periodSeconds: 5\n  probes:\n  - mode: TCP\n    timeoutSeconds: 6\n    tcp: {targetPort: 8080}\n",
+			want: "healthcheck.probes[].timeoutSeconds must not exceed healthcheck.periodSeconds",
+		},
+		"a period of zero": {
+			spec: validPorts + "healthcheck:\n  periodSeconds: 0\n",
+			want: "periodSeconds in body should be greater than or equal to 1",
+		},
+		"a Service port of zero": {
+			spec: "ports:\n- {name: web, port: 0}\n",
+			want: "port in body should be greater than or equal to 1",
+		},
+		"a Service port above 65535": {
+			spec: "ports:\n- {name: web, port: 65536}\n",
+			want: "port in body should be less than or equal to 65535",
+		},
+		"two ports without names": {
+			spec: "ports:\n- {port: 80}\n- {port: 25}\n",
+			want: "every port needs a name when the resource exposes more than one port",
+		},
+		"two ports with the same name": {
+			spec: "ports:\n- {name: web, port: 80}\n- {name: web, port: 8080}\n",
+			want: "port names must be unique",
+		},
+		"a port name with capitals": {
+			spec: "ports:\n- {name: Web, port: 80}\n",
+			want: "port name must consist of lowercase letters, digits and '-'",
+		},
+		"no ports on a resource that is not headless": {
+			spec: "selector: {app: demo}\n",
+			want: "spec.ports must list at least one port (only a headless resource, clusterIP: None, may have none)",
+		},
+		"type ExternalName": {
+			spec: "type: ExternalName\nports:\n- {port: 80}\n",
+			want: "type ExternalName is not supported: an ExternalName Service has no endpoints to check",
+		},
+		"an externalTrafficPolicy on a ClusterIP resource": {
+			spec: "externalTrafficPolicy: Local\nports:\n- {port: 80}\n",
+			want: "externalTrafficPolicy may only be set for type NodePort or LoadBalancer",
+		},
+		"a sessionAffinityConfig without ClientIP affinity": {
+			spec: "sessionAffinityConfig: {clientIP: {timeoutSeconds: 60}}\nports:\n- {port: 80}\n",
+			want: "sessionAffinityConfig may only be set with sessionAffinity: ClientIP",
+		},
+		"a credential Secret name with spaces": {
+			spec: withProbe("- mode: PostgreSQL\n  postgreSQL: {targetPort: 5432, authSecretName: 'db creds'}"),
+			want: "postgreSQL.authSecretName must be a Secret name",
+		},
+		"a name that is not a DNS-1035 label": {
+			name: "web.v1",
+			spec: "ports:\n- {port: 80}\n",
+			want: "metadata.name must be a DNS-1035 label",
+		},
+		"a name that starts with a digit": {
+			name: "1web",
+			spec: "ports:\n- {port: 80}\n",
+			want: "metadata.name must be a DNS-1035 label",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			objName := tc.name
+			if objName == "" {
+				objName = "invalid"
+			}
+			err := env.Client.Create(t.Context(), object(t, ns, objName, tc.spec))
+			require.Error(t, err, "the API server must reject this resource")
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+// designExample is the resource of DESIGN §2 with every optional value left out.
+const designExample = `
+ports:
+- {name: web, port: 80, targetPort: 8080}
+- {name: smtp, port: 25, targetPort: 2525}
+- {name: postgres, port: 5432}
+selector: {app: demo}
+healthcheck:
+  probes:
+  - mode: HTTP
+    http:
+      targetPort: 8080
+      path: /healthz
+      host: example.org
+      httpHeaders: [{name: X-Probe, value: swh}]
+  - mode: TCP
+    tcp: {targetPort: 2525}
+  - mode: PostgreSQL
+    postgreSQL:
+      targetPort: 5432
+      dbName: app
+      query: SELECT NOT pg_is_in_recovery()
+      authSecretName: db-creds
+`
+
+func TestTheDesignExampleIsAcceptedWithDefaults(t *testing.T) {
+	ns := env.CreateNamespaceForTest(t, "crd-valid")
+	require.NoError(t, env.Client.Create(t.Context(), object(t, ns, "db", designExample)))
+
+	var got v1alpha1.ServiceWithHealthchecks
+	require.NoError(t, env.Client.Get(t.Context(), keyOf(ns, "db"), &got))
+
+	assert.Equal(t, "ClusterIP", string(got.Spec.Type))
+	assert.Equal(t, "None", string(got.Spec.SessionAffinity))
+	for _, p := range got.Spec.Ports {
+		assert.Equal(t, "TCP", string(p.Protocol), "port %s", p.Name)
+	}
+	hc := got.Spec.Healthcheck
+	require.NotNil(t, hc)
+	assert.Equal(t, v1alpha1.DefaultInitialDelaySeconds, hc.InitialDelaySeconds)
+	assert.Equal(t, v1alpha1.DefaultPeriodSeconds, hc.PeriodSeconds)
+	require.Len(t, hc.Probes, 3)
+	for _, p := range hc.Probes {
+		assert.Equal(t, v1alpha1.DefaultTimeoutSeconds, p.TimeoutSeconds, "probe %s", p.Mode)
+		assert.Equal(t, v1alpha1.DefaultSuccessThreshold, p.SuccessThreshold, "probe %s", p.Mode)
+		assert.Equal(t, v1alpha1.DefaultFailureThreshold, p.FailureThreshold, "probe %s", p.Mode)
+	}
+	httpProbe := hc.Probes[0].HTTP
+	require.NotNil(t, httpProbe)
+	assert.Equal(t, "GET", httpProbe.Method)
+	assert.Equal(t, "HTTP", string(httpProbe.Scheme))
+	assert.Equal(t, "/healthz", httpProbe.Path)
+	assert.Equal(t, "example.org", httpProbe.Host)
+	assert.Equal(t, int32(8080), httpProbe.TargetPort.IntVal)
+	pg := hc.Probes[2].PostgreSQL
+	require.NotNil(t, pg)
+	assert.Equal(t, "app", pg.DBName)
+	assert.Equal(t, "SELECT NOT pg_is_in_recovery()", pg.Query)
+	assert.Equal(t, "db-creds", pg.AuthSecretName)
+}
+
+func TestOptionalValuesGetTheirDefaults(t *testing.T) {
+	ns := env.CreateNamespaceForTest(t, "crd-defaults")
+	spec := validPorts + "healthcheck:\n  probes:\n  - mode: HTTP\n    http: {targetPort: web-port}\n  - mode: PostgreSQL\n    postgreSQL: {targetPort: 5432}\n"
+	require.NoError(t, env.Client.Create(t.Context(), object(t, ns, "defaults", spec)))
+
+	var got v1alpha1.ServiceWithHealthchecks
+	require.NoError(t, env.Client.Get(t.Context(), keyOf(ns, "defaults"), &got))
+	require.Len(t, got.Spec.Healthcheck.Probes, 2)
+	httpProbe := got.Spec.Healthcheck.Probes[0].HTTP
+	assert.Equal(t, "/", httpProbe.Path)
+	assert.Equal(t, "web-port", httpProbe.TargetPort.StrVal)
+	pg := got.Spec.Healthcheck.Probes[1].PostgreSQL
+	assert.Equal(t, v1alpha1.DefaultPostgreSQLQuery, pg.Query)
+	assert.Equal(t, v1alpha1.DefaultPostgreSQLDBName, pg.DBName)
+}
+
+func TestValidShapesAreAccepted(t *testing.T) {
+	ns := env.CreateNamespaceForTest(t, "crd-accept")
+	tests := map[string]struct {
+		spec string
+	}{
+		"no healthcheck at all (plain readiness)": {spec: "ports:\n- {port: 80}\nselector: {app: x}\n"},
+		"a headless resource without ports":        {spec: "clusterIP: None\nselector: {app: x}\n"},
+		"a single unnamed port":                    {spec: "ports:\n- {port: 80, targetPort: http}\n"},
+		"a LoadBalancer with Local traffic policy": {
+			spec: "type: LoadBalancer\nexternalTrafficPolicy: Local\nloadBalancerSourceRanges: [10.0.0.0/8]\nports:\n- {port: 80, nodePort: 30080}\n",
+		},
+		"HTTPS with a CA and custom status codes": {
+			spec: withProbe("- mode: HTTP\n  http: {targetPort: 8443, scheme: HTTPS, caCert: \"-----BEGIN CERTIFICATE-----\\nMIIB\\n-----END CERTIFICATE-----\", successStatusCodes: ['200-299', '418']}"),
+		},
+		"a UDP and a TCP port on the same number": {
+			spec: "ports:\n- {name: dns-udp, port: 53, protocol: UDP}\n- {name: dns-tcp, port: 53, protocol: TCP}\n",
+		},
+	}
+	i := 0
+	for name, tc := range tests {
+		i++
+		objName := fmt.Sprintf("ok-%d", i)
+		t.Run(name, func(t *testing.T) {
+			require.NoError(t, env.Client.Create(t.Context(), object(t, ns, objName, tc.spec)))
+		})
+	}
+}
