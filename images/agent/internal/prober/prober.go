@@ -1,0 +1,181 @@
+// Package prober runs one probe (TCP, HTTP(S) or PostgreSQL) against one pod address and says
+// whether it passed. It follows the kubelet's prober: a probe returns Success or Failure with a
+// short human reason; a Go error means the probe could not be run at all (invalid input), never
+// that the target is down. Every probe has a hard deadline of timeoutSeconds, applied inside,
+// dials only podIP:port, reuses no connection and leaves no goroutine behind.
+package prober
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/credentials"
+)
+
+// Outcome is the verdict of one probe.
+type Outcome int
+
+// The outcomes.
+const (
+	// Failure means the target did not pass; Result.Reason says why.
+	Failure Outcome = iota
+	// Success means the target passed.
+	Success
+)
+
+func (o Outcome) String() string {
+	if o == Success {
+		return "Success"
+	}
+	return "Failure"
+}
+
+// Result is the outcome of one probe with a short human reason, e.g. "connection refused",
+// "HTTP 503", "query returned false".
+type Result struct {
+	Outcome Outcome
+	Reason  string
+}
+
+func success(reason string) Result { return Result{Outcome: Success, Reason: reason} }
+func failure(reason string) Result { return Result{Outcome: Failure, Reason: reason} }
+
+// CredentialSource returns the parsed credential Secret namespace/name. Its errors name the
+// Secret and the problem (see credentials.Error) and become the probe's failure reason.
+type CredentialSource interface {
+	Lookup(namespace, name string) (*credentials.Credentials, error)
+}
+
+// Options configure a Prober.
+type Options struct {
+	// Credentials serves the Secrets of PostgreSQL probes (authSecretName). Nil fails every
+	// PostgreSQL probe that names a Secret.
+	Credentials CredentialSource
+	// Logger receives debug output (V(4)); default discards. Passwords are never logged.
+	Logger logr.Logger
+}
+
+// Prober runs probes. It is safe for concurrent use.
+type Prober struct {
+	creds CredentialSource
+	log   logr.Logger
+}
+
+// New returns a Prober.
+func New(opts Options) *Prober {
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = logr.Discard()
+	}
+	return &Prober{creds: opts.Credentials, log: opts.Logger}
+}
+
+// Probe runs probe against podIP:port (port is already resolved from the pod) of a pod in
+// namespace, within probe.TimeoutSeconds (or the earlier deadline of ctx).
+func (p *Prober) Probe(ctx context.Context, probe v1alpha1.Probe, namespace, podIP string, port int32) (Result, error) {
+	ip, err := netip.ParseAddr(podIP)
+	if err != nil {
+		return Result{}, fmt.Errorf("pod IP %q: %w", podIP, err)
+	}
+	if port < 1 || port > 65535 {
+		return Result{}, fmt.Errorf("port %d out of range", port)
+	}
+	timeout := time.Duration(probe.TimeoutSeconds) * time.Second
+	if timeout <= 0 {
+		timeout = time.Duration(v1alpha1.DefaultTimeoutSeconds) * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	addr := netip.AddrPortFrom(ip.Unmap(), uint16(port))
+
+	var res Result
+	switch probe.Mode {
+	case v1alpha1.ProbeModeTCP:
+		if probe.TCP == nil {
+			return Result{}, errors.New("mode TCP without a tcp block")
+		}
+		res = p.probeTCP(ctx, addr, timeout)
+	case v1alpha1.ProbeModeHTTP:
+		if probe.HTTP == nil {
+			return Result{}, errors.New("mode HTTP without an http block")
+		}
+		res, err = p.probeHTTP(ctx, probe.HTTP, addr, timeout)
+	case v1alpha1.ProbeModePostgreSQL:
+		if probe.PostgreSQL == nil {
+			return Result{}, errors.New("mode PostgreSQL without a postgreSQL block")
+		}
+		res, err = p.probePostgreSQL(ctx, probe.PostgreSQL, namespace, addr, timeout)
+	default:
+		return Result{}, fmt.Errorf("unknown probe mode %q", probe.Mode)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	if p.log.V(4).Enabled() {
+		p.log.V(4).Info("probed", "mode", probe.Mode, "address", addr.String(), "outcome", res.Outcome.String(), "reason", res.Reason)
+	}
+	return res, nil
+}
+
+// dialer connects with SO_LINGER 0 set right after connect: closing sends RST instead of FIN, so
+// the probing side keeps no TIME-WAIT socket (thousands of probes would exhaust ports).
+func dial(ctx context.Context, addr netip.AddrPort) (*net.TCPConn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr.String())
+	if err != nil {
+		return nil, err
+	}
+	tc := c.(*net.TCPConn)
+	if err := tc.SetLinger(0); err != nil {
+		_ = tc.Close()
+		return nil, fmt.Errorf("setting SO_LINGER: %w", err)
+	}
+	return tc, nil
+}
+
+// netReason turns a network error into a short reason.
+func netReason(ctx context.Context, err error, timeout time.Duration) string {
+	var errno syscall.Errno
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) || isTimeout(err):
+		if ctx.Err() != nil && !errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+			return "probe cancelled"
+		}
+		return "timeout after " + timeout.String()
+	case errors.Is(err, context.Canceled):
+		return "probe cancelled"
+	case errors.As(err, &errno):
+		switch errno {
+		case syscall.ECONNREFUSED:
+			return "connection refused"
+		case syscall.ECONNRESET:
+			return "connection reset by peer"
+		case syscall.EHOSTUNREACH:
+			return "no route to host"
+		case syscall.ENETUNREACH:
+			return "network unreachable"
+		case syscall.EPIPE:
+			return "connection closed by peer"
+		}
+		return errno.Error()
+	case errors.Is(err, net.ErrClosed):
+		return "connection closed"
+	}
+	return err.Error()
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func itoa(v int) string { return strconv.Itoa(v) }
