@@ -12,9 +12,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -22,9 +24,13 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 )
+
+var setLoggerOnce sync.Once
 
 // Options change how the control plane starts.
 type Options struct {
@@ -79,6 +85,16 @@ func Start(opts Options) (*Env, error) {
 		crdPaths = append(crdPaths, filepath.Join(root, "crds", "servicewithhealthchecks.yaml"))
 	}
 	crdPaths = append(crdPaths, opts.ExtraCRDPaths...)
+
+	setLoggerOnce.Do(func() {
+		// controller-runtime complains loudly when no logger is set; tests that want its logs
+		// set SWH_TEST_LOG=1 to see them on stderr.
+		if os.Getenv("SWH_TEST_LOG") == "1" {
+			ctrllog.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true)))
+		} else {
+			ctrllog.SetLogger(logr.Discard())
+		}
+	})
 
 	scheme := NewScheme()
 	te := &envtest.Environment{
