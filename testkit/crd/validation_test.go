@@ -285,8 +285,8 @@ func TestValidShapesAreAccepted(t *testing.T) {
 		spec string
 	}{
 		"no healthcheck at all (plain readiness)": {spec: "ports:\n- {port: 80}\nselector: {app: x}\n"},
-		"a headless resource without ports":        {spec: "clusterIP: None\nselector: {app: x}\n"},
-		"a single unnamed port":                    {spec: "ports:\n- {port: 80, targetPort: http}\n"},
+		"a headless resource without ports":       {spec: "clusterIP: None\nselector: {app: x}\n"},
+		"a single unnamed port":                   {spec: "ports:\n- {port: 80, targetPort: http}\n"},
 		"a LoadBalancer with Local traffic policy": {
 			spec: "type: LoadBalancer\nexternalTrafficPolicy: Local\nloadBalancerSourceRanges: [10.0.0.0/8]\nports:\n- {port: 80, nodePort: 30080}\n",
 		},
