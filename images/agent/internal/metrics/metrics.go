@@ -1,0 +1,102 @@
+// Package metrics holds every metric the agent exports (documented in docs/AGENT.md). No metric
+// carries a per-pod or per-resource label, so the number of series does not grow with the
+// cluster and nothing is left behind when targets go.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Label values of the outcome label.
+const (
+	OutcomeSuccess = "success"
+	OutcomeFailure = "failure"
+	// OutcomeError is a probe that could not be run at all (invalid input); it counts as a
+	// failure for the thresholds.
+	OutcomeError = "error"
+)
+
+// Label values of the operation label.
+const (
+	OpCreate = "create"
+	OpUpdate = "update"
+	OpDelete = "delete"
+)
+
+// Label values of the state label of Endpoints.
+const (
+	StateReady       = "ready"
+	StateNotReady    = "not_ready"
+	StateTerminating = "terminating"
+)
+
+// Metrics are the agent's metrics.
+type Metrics struct {
+	// ProbeDuration is how long one probe run took, by mode and outcome.
+	ProbeDuration *prometheus.HistogramVec
+	// ProbeResults counts probe runs by mode and outcome.
+	ProbeResults *prometheus.CounterVec
+	// ProbeTransitions counts thresholded result changes by mode and new state.
+	ProbeTransitions *prometheus.CounterVec
+	// SchedulingLag is how late a probe started after it was due.
+	SchedulingLag prometheus.Histogram
+	// Targets is the number of (pod, probe) targets the agent probes.
+	Targets prometheus.Gauge
+	// Endpoints is the number of (pod address, port) endpoints the agent publishes, by state.
+	Endpoints *prometheus.GaugeVec
+	// SliceWrites counts successful EndpointSlice writes by operation.
+	SliceWrites *prometheus.CounterVec
+	// SliceWriteErrors counts failed EndpointSlice writes by operation.
+	SliceWriteErrors *prometheus.CounterVec
+	// SliceConflicts counts refusals to write a slice whose name another object holds.
+	SliceConflicts prometheus.Counter
+}
+
+// New creates the metrics and registers them with reg (nil registers nothing, for tests).
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		ProbeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "swh_agent_probe_duration_seconds",
+			Help:    "Duration of one probe run, by mode and outcome.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"mode", "outcome"}),
+		ProbeResults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swh_agent_probe_results_total",
+			Help: "Probe runs, by mode and outcome (success, failure, error).",
+		}, []string{"mode", "outcome"}),
+		ProbeTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swh_agent_probe_transitions_total",
+			Help: "Changes of a target's thresholded result, by mode and new state (Pass, Fail).",
+		}, []string{"mode", "state"}),
+		SchedulingLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "swh_agent_probe_scheduling_lag_seconds",
+			Help:    "How late a probe run started after it was due (waiting for a free worker).",
+			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 2.5, 5, 10},
+		}),
+		Targets: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "swh_agent_probe_targets",
+			Help: "Number of (pod, probe) targets this agent probes.",
+		}),
+		Endpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "swh_agent_endpoints",
+			Help: "Endpoints (pod address on a Service port) this agent publishes, by state (ready, not_ready, terminating).",
+		}, []string{"state"}),
+		SliceWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swh_agent_endpointslice_writes_total",
+			Help: "EndpointSlice writes by operation (create, update, delete).",
+		}, []string{"operation"}),
+		SliceWriteErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swh_agent_endpointslice_write_errors_total",
+			Help: "Failed EndpointSlice writes by operation (create, update, delete).",
+		}, []string{"operation"}),
+		SliceConflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "swh_agent_endpointslice_name_conflicts_total",
+			Help: "Refusals to write an EndpointSlice whose name is held by an object this agent does not own.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.ProbeDuration, m.ProbeResults, m.ProbeTransitions, m.SchedulingLag, m.Targets,
+			m.Endpoints, m.SliceWrites, m.SliceWriteErrors, m.SliceConflicts)
+	}
+	return m
+}
