@@ -1,0 +1,100 @@
+package prober_test
+
+import (
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/prober"
+)
+
+func TestTCPConnectsSendsNothingAndResets(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	type read struct {
+		n   int
+		err error
+	}
+	reads := make(chan read, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			reads <- read{err: err}
+			return
+		}
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		buf := make([]byte, 1024)
+		n, err := c.Read(buf)
+		reads <- read{n: n, err: err}
+	}()
+
+	res, err := newProber(prober.Options{}).Probe(t.Context(), tcpProbe(1), "ns", "127.0.0.1", port(l))
+	require.NoError(t, err)
+	require.Equal(t, prober.Result{Outcome: prober.Success, Reason: "connected"}, res)
+
+	r := <-reads
+	require.Equal(t, 0, r.n, "the probe must send nothing")
+	// SO_LINGER 0: the close is a reset, so the probing side keeps no TIME-WAIT socket (a
+	// normal close would show up here as io.EOF).
+	require.ErrorIs(t, r.err, syscall.ECONNRESET)
+}
+
+func TestTCPRefusedPort(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := port(l)
+	require.NoError(t, l.Close()) // Nothing listens on p now.
+
+	res, err := newProber(prober.Options{}).Probe(t.Context(), tcpProbe(1), "ns", "127.0.0.1", p)
+	require.NoError(t, err)
+	require.Equal(t, prober.Result{Outcome: prober.Failure, Reason: "connection refused"}, res)
+}
+
+func TestTCPPortWhoseSYNsAreDroppedIsCutAtTheDeadline(t *testing.T) {
+	const dropped, open = 7001, 7002
+	inNetns(t, `table inet swh_test {
+  chain input {
+    type filter hook input priority 0;
+    tcp dport 7001 tcp flags syn drop
+  }
+}
+`, func() {
+		// The same namespace answers on another port: the namespace itself works.
+		l, err := net.Listen("tcp", "127.0.0.1:7002")
+		require.NoError(t, err)
+		defer l.Close()
+		res, err := newProber(prober.Options{}).Probe(t.Context(), tcpProbe(1), "ns", "127.0.0.1", open)
+		require.NoError(t, err)
+		require.Equal(t, prober.Success, res.Outcome, res.Reason)
+
+		start := time.Now()
+		res, err = newProber(prober.Options{}).Probe(t.Context(), tcpProbe(1), "ns", "127.0.0.1", dropped)
+		elapsed := time.Since(start)
+		require.NoError(t, err)
+		require.Equal(t, prober.Result{Outcome: prober.Failure, Reason: "timeout after 1s"}, res)
+		require.Less(t, elapsed, deadlineBound(1), "the deadline must cut the connect")
+	})
+}
+
+func TestInvalidInputIsAnErrorNotAFailure(t *testing.T) {
+	p := newProber(prober.Options{})
+	cases := map[string]struct {
+		ip   string
+		port int32
+	}{
+		"a pod IP that is not an IP": {ip: "pod.example", port: 80},
+		"a port of zero":             {ip: "127.0.0.1", port: 0},
+		"a port above 65535":         {ip: "127.0.0.1", port: 70000},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := p.Probe(t.Context(), tcpProbe(1), "ns", tc.ip, tc.port)
+			require.Error(t, err)
+		})
+	}
+}
