@@ -5,7 +5,7 @@ SHELL := /usr/bin/env bash
 
 # Go modules of the product, joined by go.work. `go test ./...` does not cross modules at the
 # workspace root, so every target lists them.
-MODULES := api testkit images/agent
+MODULES := api testkit images/agent images/controller
 
 KUBE_BIN    = $(shell tools/build.sh --dir kube)
 CODEGEN_BIN = $(shell tools/build.sh --dir codegen)

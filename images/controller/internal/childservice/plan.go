@@ -1,0 +1,189 @@
+package childservice
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+)
+
+// Reasons of the ServiceSynced condition.
+const (
+	// ReasonSynced: the Service exists and matches the resource.
+	ReasonSynced = "Synced"
+	// ReasonClusterIPNotChanged: the Service matches except for a cluster IP the resource asks
+	// for that differs from the one the Service has; cluster IPs are set only at creation.
+	ReasonClusterIPNotChanged = "ClusterIPNotChanged"
+	// ReasonForeignService: a Service of that name belongs to someone else; it is left untouched.
+	ReasonForeignService = "ForeignService"
+	// ReasonSelectorPending: the Service (being adopted) still has a selector, kept until this
+	// module publishes EndpointSlices for every port.
+	ReasonSelectorPending = "SelectorPending"
+	// ReasonReplacingService: a Service left by a deleted resource of the same name is replaced.
+	ReasonReplacingService = "ReplacingService"
+	// ReasonInvalid: the API server rejected the Service the resource asks for.
+	ReasonInvalid = "Invalid"
+	// ReasonWriteFailed: writing the Service failed for another reason; it is retried.
+	ReasonWriteFailed = "WriteFailed"
+)
+
+// Input is what the controller observed about one live resource and its Service.
+type Input struct {
+	// Resource is the live ServiceWithHealthchecks.
+	Resource *v1alpha1.ServiceWithHealthchecks
+	// Live is the Service of the same name, nil when there is none.
+	Live *corev1.Service
+	// Owned is what the controller's field manager owns in Live (nil when Live is nil).
+	Owned *corev1ac.ServiceApplyConfiguration
+	// MissingPorts are the ports of the resource without an EndpointSlice of this resource.
+	MissingPorts []string
+	// SelectsPods tells whether Live's selector selects any pod. Only consulted when
+	// NeedsPodCheck says so; false otherwise.
+	SelectsPods bool
+}
+
+// Plan is what the controller does with the Service of one resource.
+type Plan struct {
+	// Ownership of the existing Service.
+	Ownership Ownership
+	// Create is the Service to create (Ownership Absent).
+	Create *corev1ac.ServiceApplyConfiguration
+	// Apply is the configuration to apply to an owned or adoptable Service; nil when nothing the
+	// controller owns would change.
+	Apply *corev1ac.ServiceApplyConfiguration
+	// Adopt is set when Apply takes over a Service that was not owned yet.
+	Adopt bool
+	// DeleteStale is set when the Service is garbage of a deleted resource of the same name.
+	DeleteStale bool
+	// ClearSelector is set when the Service's selector may be cleared now.
+	ClearSelector bool
+	// Synced is the ServiceSynced condition once the planned writes succeed (no
+	// LastTransitionTime or ObservedGeneration yet).
+	Synced metav1.Condition
+}
+
+// NeedsPodCheck tells whether the plan depends on whether the live Service's selector selects any
+// pod: only for an owned or adoptable Service with a selector while some port has no slice yet.
+func NeedsPodCheck(swh *v1alpha1.ServiceWithHealthchecks, live *corev1.Service, missingPorts []string) bool {
+	if live == nil || len(live.Spec.Selector) == 0 || len(missingPorts) == 0 {
+		return false
+	}
+	o := Classify(swh, live)
+	return o == Owned || o == Adoptable
+}
+
+// Decide plans the writes to the Service of one live resource.
+func Decide(in Input) Plan {
+	swh, live := in.Resource, in.Live
+	p := Plan{Ownership: Classify(swh, live)}
+	name := swh.Namespace + "/" + swh.Name
+	switch p.Ownership {
+	case Absent:
+		p.Create = Desired(swh, nil)
+		p.Synced = condition(metav1.ConditionTrue, ReasonSynced, "Service %s matches the resource", name)
+		return p
+	case Stale:
+		p.DeleteStale = true
+		p.Synced = condition(metav1.ConditionFalse, ReasonReplacingService,
+			"Service %s belongs to a deleted ServiceWithHealthchecks of the same name; it is deleted and created anew", name)
+		return p
+	case Foreign:
+		if ctl := metav1.GetControllerOfNoCopy(live); ctl != nil {
+			p.Synced = condition(metav1.ConditionFalse, ReasonForeignService,
+				"Service %s is controlled by %s %s and is left untouched; delete it or rename this resource", name, ctl.Kind, ctl.Name)
+		} else {
+			p.Synced = condition(metav1.ConditionFalse, ReasonForeignService,
+				"Service %s exists and is not owned by this resource, so it is left untouched; delete it, or annotate it %s=true to let this resource adopt it",
+				name, slicemeta.AnnotationAdopt)
+		}
+		return p
+	case Owned, Adoptable:
+	}
+
+	desired := Desired(swh, in.Owned)
+	if p.Ownership == Adoptable || Changed(desired, in.Owned) {
+		p.Apply = desired
+	}
+	p.Adopt = p.Ownership == Adoptable
+
+	if len(live.Spec.Selector) > 0 {
+		if len(in.MissingPorts) == 0 || !in.SelectsPods {
+			p.ClearSelector = true
+		} else {
+			p.Synced = condition(metav1.ConditionFalse, ReasonSelectorPending,
+				"Service %s still has the selector %s; it is cleared once EndpointSlices are published for port(s) %s, so traffic keeps flowing during the switch",
+				name, formatSelector(live.Spec.Selector), strings.Join(in.MissingPorts, ", "))
+			return p
+		}
+	}
+	if ip := swh.Spec.ClusterIP; ip != "" && ip != live.Spec.ClusterIP {
+		p.Synced = condition(metav1.ConditionTrue, ReasonClusterIPNotChanged,
+			"Service %s keeps cluster IP %s: spec.clusterIP %s is used only when the Service is created; delete and re-create the resource to change it",
+			name, live.Spec.ClusterIP, ip)
+		return p
+	}
+	p.Synced = condition(metav1.ConditionTrue, ReasonSynced, "Service %s matches the resource", name)
+	return p
+}
+
+func condition(status metav1.ConditionStatus, reason, format string, args ...any) metav1.Condition {
+	return metav1.Condition{
+		Type:    v1alpha1.ConditionServiceSynced,
+		Status:  status,
+		Reason:  reason,
+		Message: fmt.Sprintf(format, args...),
+	}
+}
+
+func formatSelector(sel map[string]string) string {
+	keys := slices.Sorted(maps.Keys(sel))
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, k+"="+sel[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+// PortLabel is the value of the slice port label for a port of the resource: its name, empty
+// for a single unnamed port.
+func PortLabel(p *v1alpha1.ServicePort) string {
+	return p.Name
+}
+
+// MissingPorts lists the ports of the resource (by name, or by number when unnamed) that no
+// EndpointSlice of this resource publishes yet. Slices of other resources, of other UIDs or of
+// other managers do not count.
+func MissingPorts(swh *v1alpha1.ServiceWithHealthchecks, slices []discoveryv1.EndpointSlice) []string {
+	have := map[string]bool{}
+	for i := range slices {
+		s := &slices[i]
+		if !slicemeta.IsOwnedBy(s, swh.UID) {
+			continue
+		}
+		if port, ok := s.Labels[slicemeta.LabelPort]; ok {
+			have[port] = true
+		}
+	}
+	var missing []string
+	for i := range swh.Spec.Ports {
+		p := &swh.Spec.Ports[i]
+		if have[PortLabel(p)] {
+			continue
+		}
+		if p.Name != "" {
+			missing = append(missing, p.Name)
+		} else {
+			missing = append(missing, strconv.Itoa(int(p.Port)))
+		}
+	}
+	return missing
+}

@@ -1,0 +1,222 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/childservice"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/gc"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
+)
+
+// collectSlices deletes the garbage among the slices of a live resource. What the cache says is
+// confirmed against the API server first: a resource or node created a moment ago may not be in
+// the cache yet, and its fresh slices must not be deleted.
+func (r *Reconciler) collectSlices(ctx context.Context, swh *v1alpha1.ServiceWithHealthchecks, slices []discoveryv1.EndpointSlice) error {
+	nodes, err := r.nodeNames(ctx)
+	if err != nil {
+		return err
+	}
+	candidates := gc.Decide(gc.Input{Resource: swh, Nodes: nodes, Slices: slices})
+	if len(candidates) == 0 {
+		return nil
+	}
+	return r.confirmAndDelete(ctx, types.NamespacedName{Namespace: swh.Namespace, Name: swh.Name}, candidates)
+}
+
+// collectOrphans handles a resource that is gone: its slices and a Service it controlled are
+// deleted, once the API server confirms that the resource is gone.
+func (r *Reconciler) collectOrphans(ctx context.Context, key types.NamespacedName) (ctrl.Result, error) {
+	slices, err := r.listSlices(ctx, key.Namespace, key.Name)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	svc, err := r.getService(ctx, key)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	orphanService := svc != nil && childservice.ControlledByResource(svc, key.Name)
+	candidates := gc.Decide(gc.Input{Slices: slices})
+	if len(candidates) == 0 && !orphanService {
+		return ctrl.Result{}, nil
+	}
+	fresh, err := r.freshResource(ctx, key)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if fresh != nil {
+		// The cache lags: the resource exists and its own event will reconcile it.
+		return ctrl.Result{}, nil
+	}
+	var errs []error
+	if len(candidates) > 0 {
+		errs = append(errs, r.confirmAndDelete(ctx, key, candidates))
+	}
+	if orphanService {
+		err := r.services.CoreV1().Services(svc.Namespace).Delete(ctx, svc.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &svc.UID}})
+		switch {
+		case err == nil:
+			r.metrics.ServiceWrites.WithLabelValues(metrics.OpDeleteService).Inc()
+			ctrl.LoggerFrom(ctx).Info("deleted the Service of a deleted resource", "service", key)
+		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+			// Gone already, or replaced by a new Service that is not this garbage.
+		default:
+			r.metrics.Errors.WithLabelValues(metrics.OpDeleteService).Inc()
+			errs = append(errs, fmt.Errorf("deleting Service %s of a deleted resource: %w", key, err))
+		}
+	}
+	return ctrl.Result{}, errors.Join(errs...)
+}
+
+// confirmAndDelete decides again from the API server's own view of the resource and of the nodes
+// the candidates name, and deletes what is still garbage.
+func (r *Reconciler) confirmAndDelete(ctx context.Context, key types.NamespacedName, candidates []gc.Garbage) error {
+	fresh, err := r.freshResource(ctx, key)
+	if err != nil {
+		return err
+	}
+	nodes := sets.New[string]()
+	for _, c := range candidates {
+		if c.Reason != gc.NodeDeleted {
+			continue
+		}
+		name := slicemeta.NodeOf(c.Slice)
+		if name == "" || nodes.Has(name) {
+			continue
+		}
+		exists, err := r.nodeExists(ctx, name)
+		if err != nil {
+			return err
+		}
+		if exists {
+			nodes.Insert(name)
+		}
+	}
+	// Nodes that no candidate names are not in question: count them as existing.
+	for _, c := range candidates {
+		if n := slicemeta.NodeOf(c.Slice); c.Reason != gc.NodeDeleted && n != "" {
+			nodes.Insert(n)
+		}
+	}
+	slices := make([]discoveryv1.EndpointSlice, 0, len(candidates))
+	for _, c := range candidates {
+		slices = append(slices, *c.Slice)
+	}
+	var errs []error
+	for _, g := range gc.Decide(gc.Input{Resource: fresh, Nodes: nodes, Slices: slices}) {
+		errs = append(errs, r.deleteSlice(ctx, g))
+	}
+	return errors.Join(errs...)
+}
+
+func (r *Reconciler) deleteSlice(ctx context.Context, g gc.Garbage) error {
+	err := r.client.Delete(ctx, g.Slice, client.Preconditions{UID: &g.Slice.UID})
+	switch {
+	case err == nil:
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		// Gone already, or replaced by a slice of the same name that is not this garbage.
+		return nil
+	default:
+		r.metrics.Errors.WithLabelValues(metrics.OpDeleteSlice).Inc()
+		return fmt.Errorf("deleting EndpointSlice %s/%s: %w", g.Slice.Namespace, g.Slice.Name, err)
+	}
+	r.metrics.GarbageCollectedSlices.WithLabelValues(string(g.Reason)).Inc()
+	ctrl.LoggerFrom(ctx).Info("deleted a garbage EndpointSlice", "endpointSlice", client.ObjectKeyFromObject(g.Slice),
+		"reason", string(g.Reason), "node", slicemeta.NodeOf(g.Slice), "port", g.Slice.Labels[slicemeta.LabelPort])
+	return nil
+}
+
+// freshResource reads the resource from the API server; nil when it does not exist.
+func (r *Reconciler) freshResource(ctx context.Context, key types.NamespacedName) (*v1alpha1.ServiceWithHealthchecks, error) {
+	var swh v1alpha1.ServiceWithHealthchecks
+	if err := r.reader.Get(ctx, key, &swh); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		r.metrics.Errors.WithLabelValues(metrics.OpRead).Inc()
+		return nil, fmt.Errorf("reading ServiceWithHealthchecks %s from the API server: %w", key, err)
+	}
+	return &swh, nil
+}
+
+func (r *Reconciler) nodeExists(ctx context.Context, name string) (bool, error) {
+	node := &metav1.PartialObjectMetadata{}
+	node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	if err := r.reader.Get(ctx, types.NamespacedName{Name: name}, node); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		r.metrics.Errors.WithLabelValues(metrics.OpRead).Inc()
+		return false, fmt.Errorf("reading node %s from the API server: %w", name, err)
+	}
+	return true, nil
+}
+
+// nodeNames are the names of the nodes in the cache.
+func (r *Reconciler) nodeNames(ctx context.Context) (sets.Set[string], error) {
+	var list metav1.PartialObjectMetadataList
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	if err := r.client.List(ctx, &list); err != nil {
+		r.metrics.Errors.WithLabelValues(metrics.OpRead).Inc()
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	names := sets.New[string]()
+	for i := range list.Items {
+		names.Insert(list.Items[i].Name)
+	}
+	return names, nil
+}
+
+// listSlices returns this module's slices published for the resource name in namespace.
+func (r *Reconciler) listSlices(ctx context.Context, namespace, name string) ([]discoveryv1.EndpointSlice, error) {
+	var list discoveryv1.EndpointSliceList
+	if err := r.client.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabels{discoveryv1.LabelManagedBy: slicemeta.ManagedBy}); err != nil {
+		r.metrics.Errors.WithLabelValues(metrics.OpRead).Inc()
+		return nil, fmt.Errorf("listing the EndpointSlices of %s/%s: %w", namespace, name, err)
+	}
+	var out []discoveryv1.EndpointSlice
+	for i := range list.Items {
+		if resourceOf(&list.Items[i]) == name {
+			out = append(out, list.Items[i])
+		}
+	}
+	return out, nil
+}
+
+// resourceOf is the name of the resource a slice of this module was published for: its
+// resource label, or else the name in its owner reference.
+func resourceOf(s *discoveryv1.EndpointSlice) string {
+	if name := s.Labels[slicemeta.LabelResource]; name != "" {
+		return name
+	}
+	for _, ref := range s.OwnerReferences {
+		if ref.Kind == "ServiceWithHealthchecks" {
+			return ref.Name
+		}
+	}
+	return ""
+}
+
+func (r *Reconciler) getService(ctx context.Context, key types.NamespacedName) (*corev1.Service, error) {
+	var svc corev1.Service
+	if err := r.client.Get(ctx, key, &svc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		r.metrics.Errors.WithLabelValues(metrics.OpRead).Inc()
+		return nil, fmt.Errorf("reading Service %s: %w", key, err)
+	}
+	return &svc, nil
+}

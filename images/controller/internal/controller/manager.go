@@ -1,0 +1,245 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/childservice"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
+)
+
+// Names the controller is known by.
+const (
+	// LeaderElectionID names the leader election Lease.
+	LeaderElectionID = "service-with-healthchecks-controller"
+	// EventSource is the reporting controller of the Events it records.
+	EventSource = "service-with-healthchecks-controller"
+	// controllerName names the reconciler in logs and controller-runtime's metrics.
+	controllerName = "servicewithhealthchecks"
+	// indexSliceNode indexes this module's slices by the node they were published for.
+	indexSliceNode = "swh.node"
+)
+
+// Options configure the manager and the reconciler.
+type Options struct {
+	// MetricsBindAddress serves metrics ("0": none).
+	MetricsBindAddress string
+	// HealthProbeBindAddress serves /healthz and /readyz ("0": none).
+	HealthProbeBindAddress string
+	// LeaderElect turns leader election on; LeaderElectionNamespace holds its Lease.
+	LeaderElect             bool
+	LeaderElectionNamespace string
+	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election (0: 15s, 10s, 2s).
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// AgentLeaseNamespace and AgentLostGrace are for the withdrawal of endpoints of lost agents.
+	AgentLeaseNamespace string
+	AgentLostGrace      time.Duration
+	// FieldManager names the controller in managedFields (default childservice.FieldManager).
+	// Every replica must use the same one; tests give each manager its own to see who writes.
+	FieldManager string
+	// Namespaces restricts the namespaced informers (tests); empty means all namespaces.
+	Namespaces []string
+	// Registry receives the controller's metrics (default controller-runtime's registry).
+	Registry prometheus.Registerer
+	// SkipNameValidation lets one process run several managers (tests).
+	SkipNameValidation bool
+	// Logger is the base logger.
+	Logger logr.Logger
+}
+
+// NewManager creates a manager that runs the reconciler while it leads. It serves health on
+// HealthProbeBindAddress and metrics on MetricsBindAddress.
+func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, *metrics.Metrics, error) {
+	scheme := newScheme()
+	cacheOpts := cache.Options{
+		Scheme: scheme,
+		ByObject: map[client.Object]cache.ByObject{
+			// Only this module's slices: other controllers' slices are never ours to touch,
+			// and there are many of them.
+			&discoveryv1.EndpointSlice{}: {Label: labels.SelectorFromSet(labels.Set{discoveryv1.LabelManagedBy: slicemeta.ManagedBy})},
+		},
+	}
+	if len(o.Namespaces) > 0 {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range o.Namespaces {
+			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	mo := ctrl.Options{
+		Scheme:                        scheme,
+		Logger:                        o.Logger,
+		Cache:                         cacheOpts,
+		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		HealthProbeBindAddress:        o.HealthProbeBindAddress,
+		LeaderElection:                o.LeaderElect,
+		LeaderElectionID:              LeaderElectionID,
+		LeaderElectionNamespace:       o.LeaderElectionNamespace,
+		LeaderElectionResourceLock:    "leases",
+		LeaderElectionReleaseOnCancel: true,
+		Controller:                    ctrlconfig.Controller{SkipNameValidation: ptr.To(o.SkipNameValidation)},
+	}
+	if o.LeaseDuration > 0 {
+		mo.LeaseDuration, mo.RenewDeadline, mo.RetryPeriod = &o.LeaseDuration, &o.RenewDeadline, &o.RetryPeriod
+	}
+	mgr, err := ctrl.NewManager(cfg, mo)
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating the manager: %w", err)
+	}
+	reg := o.Registry
+	if reg == nil {
+		reg = ctrlmetrics.Registry
+	}
+	m, err := metrics.New(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := Setup(mgr, m, o); err != nil {
+		return nil, nil, err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, nil, fmt.Errorf("adding the health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("informers", func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return errors.New("informer caches have not synced yet")
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, fmt.Errorf("adding the readiness check: %w", err)
+	}
+	return mgr, m, nil
+}
+
+// newScheme knows the built-in types and the module's.
+func newScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(v1alpha1.AddToScheme(s))
+	return s
+}
+
+// Setup registers the reconciler and its watches with mgr.
+func Setup(mgr ctrl.Manager, m *metrics.Metrics, o Options) error {
+	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return fmt.Errorf("creating the clientset: %w", err)
+	}
+	fm := o.FieldManager
+	if fm == "" {
+		fm = childservice.FieldManager
+	}
+	r := &Reconciler{
+		client:       mgr.GetClient(),
+		reader:       mgr.GetAPIReader(),
+		services:     cs,
+		recorder:     mgr.GetEventRecorder(EventSource),
+		metrics:      m,
+		fieldManager: fm,
+		now:          time.Now,
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &discoveryv1.EndpointSlice{}, indexSliceNode, func(obj client.Object) []string {
+		if n := slicemeta.NodeOf(obj.(*discoveryv1.EndpointSlice)); n != "" {
+			return []string{n}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing EndpointSlices by node: %w", err)
+	}
+
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(controllerName).
+		For(&v1alpha1.ServiceWithHealthchecks{}).
+		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.serviceToResource)).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceToResource)).
+		WatchesMetadata(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.nodeToResources),
+			builder.WithPredicates(predicate.Funcs{
+				CreateFunc:  func(event.CreateEvent) bool { return false },
+				UpdateFunc:  func(event.UpdateEvent) bool { return false },
+				DeleteFunc:  func(event.DeleteEvent) bool { return true },
+				GenericFunc: func(event.GenericEvent) bool { return false },
+			})).
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(o.SkipNameValidation)}).
+		Complete(r)
+}
+
+// serviceToResource maps a Service to the resource of the same name, when there is one or when
+// the Service is controlled by one (to delete it once that resource is gone).
+func (r *Reconciler) serviceToResource(ctx context.Context, obj client.Object) []reconcile.Request {
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return nil
+	}
+	key := client.ObjectKeyFromObject(svc)
+	if !childservice.ControlledByResource(svc, svc.Name) {
+		if err := r.client.Get(ctx, key, &v1alpha1.ServiceWithHealthchecks{}); err != nil {
+			return nil
+		}
+	}
+	return []reconcile.Request{{NamespacedName: key}}
+}
+
+// sliceToResource maps one of this module's slices to the resource it was published for.
+func sliceToResource(_ context.Context, obj client.Object) []reconcile.Request {
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok || !slicemeta.IsManaged(s) {
+		return nil
+	}
+	name := resourceOf(s)
+	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: s.Namespace, Name: name}}}
+}
+
+// nodeToResources maps a deleted node to every resource with a slice on it.
+func (r *Reconciler) nodeToResources(ctx context.Context, obj client.Object) []reconcile.Request {
+	var list discoveryv1.EndpointSliceList
+	if err := r.client.List(ctx, &list, client.MatchingFields{indexSliceNode: obj.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the EndpointSlices of a deleted node", "node", obj.GetName())
+		return nil
+	}
+	seen := map[client.ObjectKey]bool{}
+	var out []reconcile.Request
+	for i := range list.Items {
+		name := resourceOf(&list.Items[i])
+		key := client.ObjectKey{Namespace: list.Items[i].Namespace, Name: name}
+		if name == "" || seen[key] {
+			continue
+		}
+		seen[key] = true
+		out = append(out, reconcile.Request{NamespacedName: key})
+	}
+	return out
+}

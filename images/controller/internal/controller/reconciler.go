@@ -1,0 +1,377 @@
+// Package controller holds the reconciler of ServiceWithHealthchecks: it keeps the child Service,
+// collects garbage EndpointSlices and writes the status. It observes, asks the pure deciders in
+// childservice, gc and status what to do, and only then writes.
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/csaupgrade"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/childservice"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/status"
+)
+
+// conflictRetry is how soon a reconcile that lost a write race runs again.
+const conflictRetry = 250 * time.Millisecond
+
+// Event reasons besides the ServiceSynced reasons (which are also used as Event reasons).
+const (
+	eventServiceCreated  = "ServiceCreated"
+	eventAdopted         = "Adopted"
+	eventSelectorCleared = "SelectorCleared"
+)
+
+// Reconciler reconciles one ServiceWithHealthchecks at a time.
+type Reconciler struct {
+	// client reads from the informer cache and writes slices and status.
+	client client.Client
+	// reader reads from the API server itself: to confirm before deleting, and to look for pods.
+	reader client.Reader
+	// services writes child Services (typed results of create, apply and patch).
+	services kubernetes.Interface
+	recorder events.EventRecorder
+	metrics  *metrics.Metrics
+	// fieldManager names the controller in managedFields.
+	fieldManager string
+	now          func() time.Time
+}
+
+// Reconcile brings the Service, the slices and the status of one resource in line.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
+	start := time.Now()
+	defer func() {
+		r.metrics.ReconcileDuration.Observe(time.Since(start).Seconds())
+		switch {
+		case err != nil:
+			r.metrics.Reconciles.WithLabelValues(metrics.ResultError).Inc()
+		case res.RequeueAfter > 0:
+			r.metrics.Reconciles.WithLabelValues(metrics.ResultRequeue).Inc()
+		default:
+			r.metrics.Reconciles.WithLabelValues(metrics.ResultSuccess).Inc()
+		}
+	}()
+
+	var swh v1alpha1.ServiceWithHealthchecks
+	if err := r.client.Get(ctx, req.NamespacedName, &swh); err != nil {
+		if !apierrors.IsNotFound(err) {
+			r.metrics.Errors.WithLabelValues(metrics.OpRead).Inc()
+			return ctrl.Result{}, fmt.Errorf("reading ServiceWithHealthchecks %s: %w", req, err)
+		}
+		return r.collectOrphans(ctx, req.NamespacedName)
+	}
+	if swh.DeletionTimestamp != nil {
+		// Being deleted: what it owns goes with it (or with collectOrphans once it is gone).
+		return ctrl.Result{}, nil
+	}
+
+	slices, err := r.listSlices(ctx, req.Namespace, req.Name)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	live, err := r.getService(ctx, req.NamespacedName)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	out, svcErr := r.syncService(ctx, &swh, live, slices)
+	gcErr := r.collectSlices(ctx, &swh, slices)
+	stErr := r.writeStatus(ctx, &swh, out, slices)
+
+	if conflict(svcErr) || conflict(stErr) || out.requeue {
+		r.metrics.Conflicts.WithLabelValues(metrics.ConflictWrite).Inc()
+		ctrl.LoggerFrom(ctx).V(1).Info("lost a write race; reconciling again", "service", svcErr, "status", stErr)
+		svcErr, stErr = ignoreConflict(svcErr), ignoreConflict(stErr)
+		res.RequeueAfter = conflictRetry
+	}
+	if err := errors.Join(svcErr, gcErr, stErr); err != nil {
+		return ctrl.Result{}, err
+	}
+	return res, nil
+}
+
+// serviceOutcome is what the Service sync leaves for the status.
+type serviceOutcome struct {
+	// synced is the ServiceSynced condition.
+	synced metav1.Condition
+	// service is the child Service when this resource owns it (after the writes), else nil.
+	service *corev1.Service
+	// requeue is set when the sync should run again soon (the cache lags behind a write).
+	requeue bool
+}
+
+func (r *Reconciler) syncService(ctx context.Context, swh *v1alpha1.ServiceWithHealthchecks, live *corev1.Service, slices []discoveryv1.EndpointSlice) (serviceOutcome, error) {
+	log := ctrl.LoggerFrom(ctx)
+	var owned *corev1ac.ServiceApplyConfiguration
+	if live != nil {
+		var err error
+		if owned, err = corev1ac.ExtractService(live, r.fieldManager); err != nil {
+			return serviceOutcome{synced: writeFailed(err)}, fmt.Errorf("reading the fields owned in Service %s/%s: %w", live.Namespace, live.Name, err)
+		}
+	}
+	missing := childservice.MissingPorts(swh, slices)
+	selectsPods := false
+	if childservice.NeedsPodCheck(swh, live, missing) {
+		var err error
+		if selectsPods, err = r.selectsPods(ctx, live); err != nil {
+			return serviceOutcome{synced: writeFailed(err)}, err
+		}
+	}
+	plan := childservice.Decide(childservice.Input{
+		Resource: swh, Live: live, Owned: owned, MissingPorts: missing, SelectsPods: selectsPods,
+	})
+	out := serviceOutcome{synced: plan.Synced}
+	log.V(1).Info("planned the child Service", "ownership", plan.Ownership.String(),
+		"create", plan.Create != nil, "apply", plan.Apply != nil, "clearSelector", plan.ClearSelector,
+		"deleteStale", plan.DeleteStale, "reason", plan.Synced.Reason)
+
+	switch {
+	case plan.Ownership == childservice.Foreign:
+		r.metrics.Conflicts.WithLabelValues(metrics.ConflictForeignService).Inc()
+		return out, nil
+	case plan.DeleteStale:
+		err := r.services.CoreV1().Services(live.Namespace).Delete(ctx, live.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &live.UID}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			r.metrics.Errors.WithLabelValues(metrics.OpDeleteService).Inc()
+			return out, fmt.Errorf("deleting Service %s/%s left by a deleted resource: %w", live.Namespace, live.Name, err)
+		}
+		r.metrics.ServiceWrites.WithLabelValues(metrics.OpDeleteService).Inc()
+		log.Info("deleted a Service left by a deleted resource of the same name", "service", client.ObjectKeyFromObject(live))
+		return out, nil
+	case plan.Create != nil:
+		created, err := r.createService(ctx, plan.Create)
+		if apierrors.IsAlreadyExists(err) {
+			// The cache has not seen a Service that exists: look again once it has.
+			out.requeue = true
+			return out, nil
+		}
+		if err != nil {
+			out.synced = r.writeCondition(err)
+			return out, err
+		}
+		r.recorder.Eventf(swh, nil, corev1.EventTypeNormal, eventServiceCreated, "Create", "Created Service %s", created.Name)
+		live = created
+	case plan.Apply != nil:
+		applied, err := r.applyService(ctx, live, plan.Apply)
+		if err != nil {
+			out.synced = r.writeCondition(err)
+			if apierrors.IsInvalid(err) {
+				// Retrying cannot help until the resource changes, which triggers a reconcile.
+				return out, nil
+			}
+			return out, err
+		}
+		if plan.Adopt {
+			r.metrics.Adoptions.Inc()
+			r.recorder.Eventf(swh, nil, corev1.EventTypeNormal, eventAdopted, "Adopt",
+				"Adopted Service %s; its cluster IP %s and node ports are kept", live.Name, live.Spec.ClusterIP)
+			log.Info("adopted an existing Service", "service", client.ObjectKeyFromObject(live))
+		}
+		live = applied
+	}
+
+	if err := r.upgradeManagedFields(ctx, live); err != nil {
+		return out, err
+	}
+	if plan.ClearSelector {
+		cleared, err := r.clearSelector(ctx, live)
+		if err != nil {
+			return out, err
+		}
+		r.recorder.Eventf(swh, nil, corev1.EventTypeNormal, eventSelectorCleared, "ClearSelector",
+			"Cleared the selector of Service %s: its endpoints now come from this module's EndpointSlices", live.Name)
+		live = cleared
+	}
+	out.service = live
+	return out, nil
+}
+
+// createService creates the Service. A create (not an apply) can never modify a Service that
+// appeared since the cache was read.
+func (r *Reconciler) createService(ctx context.Context, desired *corev1ac.ServiceApplyConfiguration) (*corev1.Service, error) {
+	raw, err := json.Marshal(desired)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the desired Service: %w", err)
+	}
+	var svc corev1.Service
+	if err := json.Unmarshal(raw, &svc); err != nil {
+		return nil, fmt.Errorf("decoding the desired Service: %w", err)
+	}
+	created, err := r.services.CoreV1().Services(svc.Namespace).Create(ctx, &svc, metav1.CreateOptions{FieldManager: r.fieldManager})
+	if err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			r.metrics.Errors.WithLabelValues(metrics.OpCreate).Inc()
+		}
+		return nil, fmt.Errorf("creating Service %s/%s: %w", svc.Namespace, svc.Name, err)
+	}
+	r.metrics.ServiceWrites.WithLabelValues(metrics.OpCreate).Inc()
+	ctrl.LoggerFrom(ctx).Info("created the child Service", "service", client.ObjectKeyFromObject(created), "clusterIP", created.Spec.ClusterIP)
+	return created, nil
+}
+
+// applyService applies desired to the Service live with server-side apply. The UID makes the
+// write fail instead of touching a Service that replaced live meanwhile.
+func (r *Reconciler) applyService(ctx context.Context, live *corev1.Service, desired *corev1ac.ServiceApplyConfiguration) (*corev1.Service, error) {
+	cfg := *desired
+	meta := *desired.ObjectMetaApplyConfiguration
+	meta.UID = &live.UID
+	cfg.ObjectMetaApplyConfiguration = &meta
+	applied, err := r.services.CoreV1().Services(live.Namespace).Apply(ctx, &cfg, metav1.ApplyOptions{FieldManager: r.fieldManager, Force: true})
+	if err != nil {
+		r.metrics.Errors.WithLabelValues(metrics.OpApply).Inc()
+		return nil, fmt.Errorf("applying Service %s/%s: %w", live.Namespace, live.Name, err)
+	}
+	r.metrics.ServiceWrites.WithLabelValues(metrics.OpApply).Inc()
+	ctrl.LoggerFrom(ctx).Info("updated the child Service", "service", client.ObjectKeyFromObject(live))
+	return applied, nil
+}
+
+// upgradeManagedFields turns what the controller's create recorded as an update into the
+// controller's apply ownership, so that later applies can remove what they no longer set.
+// Nothing is written when there is nothing to turn.
+func (r *Reconciler) upgradeManagedFields(ctx context.Context, svc *corev1.Service) error {
+	patch, err := csaupgrade.UpgradeManagedFieldsPatch(svc, sets.New(r.fieldManager), r.fieldManager)
+	if err != nil {
+		return fmt.Errorf("computing the managedFields upgrade of Service %s/%s: %w", svc.Namespace, svc.Name, err)
+	}
+	if patch == nil {
+		return nil
+	}
+	upgraded, err := r.services.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: r.fieldManager})
+	if err != nil {
+		if !conflict(err) {
+			r.metrics.Errors.WithLabelValues(metrics.OpUpgradeFields).Inc()
+		}
+		return fmt.Errorf("upgrading the managedFields of Service %s/%s: %w", svc.Namespace, svc.Name, err)
+	}
+	r.metrics.ServiceWrites.WithLabelValues(metrics.OpUpgradeFields).Inc()
+	*svc = *upgraded
+	return nil
+}
+
+// clearSelector removes the selector of svc, if svc has not changed since it was read.
+func (r *Reconciler) clearSelector(ctx context.Context, svc *corev1.Service) (*corev1.Service, error) {
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": svc.ResourceVersion},
+		"spec":     map[string]any{"selector": nil},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encoding the selector patch: %w", err)
+	}
+	cleared, err := r.services.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: r.fieldManager})
+	if err != nil {
+		if !conflict(err) {
+			r.metrics.Errors.WithLabelValues(metrics.OpClearSelector).Inc()
+		}
+		return nil, fmt.Errorf("clearing the selector of Service %s/%s: %w", svc.Namespace, svc.Name, err)
+	}
+	r.metrics.ServiceWrites.WithLabelValues(metrics.OpClearSelector).Inc()
+	ctrl.LoggerFrom(ctx).Info("cleared the selector of the child Service", "service", client.ObjectKeyFromObject(svc))
+	return cleared, nil
+}
+
+// selectsPods tells whether the selector of svc selects any pod of its namespace. It asks the
+// API server (one pod at most) instead of caching every pod of the cluster: it is needed only
+// while a Service is being adopted.
+func (r *Reconciler) selectsPods(ctx context.Context, svc *corev1.Service) (bool, error) {
+	var pods metav1.PartialObjectMetadataList
+	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+	if err := r.reader.List(ctx, &pods, client.InNamespace(svc.Namespace), client.MatchingLabels(svc.Spec.Selector), client.Limit(1)); err != nil {
+		r.metrics.Errors.WithLabelValues(metrics.OpRead).Inc()
+		return false, fmt.Errorf("listing the pods Service %s/%s selects: %w", svc.Namespace, svc.Name, err)
+	}
+	return len(pods.Items) > 0, nil
+}
+
+func (r *Reconciler) writeCondition(err error) metav1.Condition {
+	if apierrors.IsInvalid(err) {
+		return metav1.Condition{
+			Type: v1alpha1.ConditionServiceSynced, Status: metav1.ConditionFalse, Reason: childservice.ReasonInvalid,
+			Message: "the API server rejected the Service this resource asks for: " + apiMessage(err),
+		}
+	}
+	return writeFailed(err)
+}
+
+func writeFailed(err error) metav1.Condition {
+	return metav1.Condition{
+		Type: v1alpha1.ConditionServiceSynced, Status: metav1.ConditionFalse, Reason: childservice.ReasonWriteFailed,
+		Message: "writing the Service failed and is retried: " + apiMessage(err),
+	}
+}
+
+func apiMessage(err error) string {
+	if se, ok := errors.AsType[*apierrors.StatusError](err); ok {
+		return se.ErrStatus.Message
+	}
+	return err.Error()
+}
+
+// writeStatus writes the status computed from what was observed, unless it is unchanged, and
+// records an Event when the ServiceSynced condition turns into a problem.
+func (r *Reconciler) writeStatus(ctx context.Context, swh *v1alpha1.ServiceWithHealthchecks, out serviceOutcome, slices []discoveryv1.EndpointSlice) error {
+	prev := meta.FindStatusCondition(swh.Status.Conditions, v1alpha1.ConditionServiceSynced)
+	if out.synced.Status == metav1.ConditionFalse && (prev == nil || prev.Status != out.synced.Status || prev.Reason != out.synced.Reason) {
+		r.recorder.Eventf(swh, nil, corev1.EventTypeWarning, out.synced.Reason, "SyncService", "%s", out.synced.Message)
+	}
+	computed := status.Compute(status.Observed{
+		Resource:      swh,
+		Service:       out.service,
+		ServiceSynced: out.synced,
+		Slices:        ownedSlices(swh, slices),
+		Now:           metav1.NewTime(r.now()),
+	})
+	if !status.Changed(&swh.Status, &computed) {
+		return nil
+	}
+	upd := swh.DeepCopy()
+	upd.Status = computed
+	if err := r.client.Status().Update(ctx, upd, client.FieldOwner(r.fieldManager)); err != nil {
+		if !conflict(err) {
+			r.metrics.Errors.WithLabelValues(metrics.OpUpdateStatus).Inc()
+		}
+		return fmt.Errorf("updating the status of %s/%s: %w", swh.Namespace, swh.Name, err)
+	}
+	r.metrics.StatusWrites.Inc()
+	return nil
+}
+
+func ownedSlices(swh *v1alpha1.ServiceWithHealthchecks, all []discoveryv1.EndpointSlice) []discoveryv1.EndpointSlice {
+	var out []discoveryv1.EndpointSlice
+	for i := range all {
+		if slicemeta.IsOwnedBy(&all[i], swh.UID) {
+			out = append(out, all[i])
+		}
+	}
+	return out
+}
+
+func conflict(err error) bool {
+	return err != nil && apierrors.IsConflict(err)
+}
+
+func ignoreConflict(err error) error {
+	if conflict(err) {
+		return nil
+	}
+	return err
+}
