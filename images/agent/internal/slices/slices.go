@@ -4,6 +4,7 @@ package slices
 
 import (
 	"cmp"
+	"fmt"
 	"net/netip"
 	"slices"
 
@@ -262,10 +263,10 @@ func Diff(resource string, uid types.UID, node string, desired []Desired, existi
 			continue
 		}
 		if !slicemeta.IsManaged(cur) || !d.Key.Matches(cur) {
-			p.Conflicts = append(p.Conflicts, Conflict{Name: d.Slice.Name, Holder: holder(cur)})
+			p.Conflicts = append(p.Conflicts, Conflicts(d.Slice.Name, cur))
 			continue
 		}
-		if u, changed := merge(cur, d.Slice); changed {
+		if u, changed := Merge(cur, d.Slice); changed {
 			p.Update = append(p.Update, u)
 		}
 	}
@@ -284,21 +285,25 @@ func Diff(resource string, uid types.UID, node string, desired []Desired, existi
 	return p
 }
 
-func holder(s *discoveryv1.EndpointSlice) string {
+// Conflicts describes the slice cur that holds name.
+func Conflicts(name string, cur *discoveryv1.EndpointSlice) Conflict {
+	c := Conflict{Name: name}
 	switch {
-	case !slicemeta.IsManaged(s):
-		if m := s.Labels[discoveryv1.LabelManagedBy]; m != "" {
-			return "a slice managed by " + m
+	case !slicemeta.IsManaged(cur):
+		if m := cur.Labels[discoveryv1.LabelManagedBy]; m != "" {
+			c.Holder = "a slice managed by " + m
+		} else {
+			c.Holder = "a slice not managed by this module"
 		}
-		return "a slice not managed by this module"
 	default:
-		return "the slice of resource " + s.Labels[slicemeta.LabelResource] + ", port " + s.Labels[slicemeta.LabelPort] + ", node " + slicemeta.NodeOf(s)
+		c.Holder = fmt.Sprintf("the slice of resource %q, port %q, node %q", cur.Labels[slicemeta.LabelResource], cur.Labels[slicemeta.LabelPort], slicemeta.NodeOf(cur))
 	}
+	return c
 }
 
-// merge returns a copy of cur with the content of want, and whether anything differs.
+// Merge returns a copy of cur with the content of want, and whether anything differs.
 // Labels and annotations of others are kept; ours are set.
-func merge(cur, want *discoveryv1.EndpointSlice) (*discoveryv1.EndpointSlice, bool) {
+func Merge(cur, want *discoveryv1.EndpointSlice) (*discoveryv1.EndpointSlice, bool) {
 	u := cur.DeepCopy()
 	changed := false
 	if u.Labels == nil {

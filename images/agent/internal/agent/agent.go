@@ -1,0 +1,240 @@
+// Package agent wires the agent together: a controller-runtime manager whose caches hold only
+// this node's pods (and this module's EndpointSlices), the probe scheduler, the per-port rule,
+// the desired-slice computation and the publisher. cmd/agent only parses flags and calls Run.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/credentials"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/prober"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/publisher"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/scheduler"
+)
+
+// Defaults of the options (and of the program's flags).
+const (
+	DefaultMetricsBindAddress     = "127.0.0.1:9781"
+	DefaultHealthProbeBindAddress = "127.0.0.1:9782"
+	DefaultLeaseNamespace         = "d8-service-with-healthchecks"
+	DefaultProbeConcurrency       = 64
+	DefaultCoalesceWindow         = 200 * time.Millisecond
+	// ControllerName is the reporting controller of the agent's Events.
+	ControllerName = "service-with-healthchecks-agent"
+)
+
+// Options configure an agent.
+type Options struct {
+	// NodeName is the node this agent serves (required).
+	NodeName string
+	// Config reaches the API server.
+	Config *rest.Config
+	// MetricsBindAddress serves /metrics ("0" disables it).
+	MetricsBindAddress string
+	// HealthProbeBindAddress serves /healthz and /readyz ("0" disables it).
+	HealthProbeBindAddress string
+	// LeaseNamespace is where the node's Lease lives (used by the Lease runnable, see Runnables).
+	LeaseNamespace string
+	// ProbeConcurrency bounds how many probes run at once.
+	ProbeConcurrency int
+	// CoalesceWindow is how long a probe result change waits for others before the slices of
+	// its resource are recomputed and written (one write per slice per burst).
+	CoalesceWindow time.Duration
+	// Runner runs probes; nil uses the real prober with the credential store.
+	Runner scheduler.Runner
+	// Registry receives the agent's metrics; nil uses controller-runtime's registry, which the
+	// metrics endpoint serves.
+	Registry prometheus.Registerer
+	// Runnables are added to the manager (the seam for the node Lease renewal).
+	Runnables []manager.Runnable
+	// Logger of the agent.
+	Logger logr.Logger
+}
+
+// Agent is a configured, not yet started agent.
+type Agent struct {
+	Manager   manager.Manager
+	Metrics   *metrics.Metrics
+	Scheduler *scheduler.Scheduler
+	opts      Options
+}
+
+// New builds an agent.
+func New(opts Options) (*Agent, error) {
+	if opts.NodeName == "" {
+		return nil, errors.New("the node name is required (--node-name or $NODE_NAME)")
+	}
+	if opts.Config == nil {
+		return nil, errors.New("no API server config")
+	}
+	if opts.MetricsBindAddress == "" {
+		opts.MetricsBindAddress = DefaultMetricsBindAddress
+	}
+	if opts.HealthProbeBindAddress == "" {
+		opts.HealthProbeBindAddress = DefaultHealthProbeBindAddress
+	}
+	if opts.LeaseNamespace == "" {
+		opts.LeaseNamespace = DefaultLeaseNamespace
+	}
+	if opts.ProbeConcurrency <= 0 {
+		opts.ProbeConcurrency = DefaultProbeConcurrency
+	}
+	if opts.CoalesceWindow <= 0 {
+		opts.CoalesceWindow = DefaultCoalesceWindow
+	}
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = logr.Discard()
+	}
+	reg := opts.Registry
+	if reg == nil {
+		reg = ctrlmetrics.Registry
+	}
+	scheme := Scheme()
+	mgr, err := ctrl.NewManager(opts.Config, ctrl.Options{
+		Scheme: scheme,
+		Logger: opts.Logger,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			// Only this node's pods: the per-node program narrows its cache, it does not
+			// filter after listing the whole cluster.
+			&corev1.Pod{}: {Field: fields.OneTermEqualSelector("spec.nodeName", opts.NodeName)},
+			// Only this module's slices (of every node: a name another node's slice holds
+			// is a collision to report, not to overwrite).
+			&discoveryv1.EndpointSlice{}: {Label: labels.SelectorFromSet(labels.Set{discoveryv1.LabelManagedBy: slicemeta.ManagedBy})},
+		}},
+		Metrics:                metricsserver.Options{BindAddress: opts.MetricsBindAddress},
+		HealthProbeBindAddress: opts.HealthProbeBindAddress,
+		// Several agents run in one test process; the name check is global.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("adding the health check: %w", err)
+	}
+	m := metrics.New(reg)
+
+	r := &Reconciler{
+		Client:  mgr.GetClient(),
+		Reader:  mgr.GetAPIReader(),
+		Node:    opts.NodeName,
+		Metrics: m,
+		Log:     opts.Logger.WithName("reconciler"),
+		Window:  opts.CoalesceWindow,
+	}
+	var store *credentials.Store
+	runner := opts.Runner
+	if runner == nil {
+		cs, err := kubernetes.NewForConfig(opts.Config)
+		if err != nil {
+			return nil, fmt.Errorf("creating the clientset: %w", err)
+		}
+		store = credentials.NewStore(cs, credentials.Options{Logger: opts.Logger.WithName("credentials"), OnChange: r.secretChanged})
+		p := prober.New(prober.Options{Credentials: store, Logger: opts.Logger.WithName("prober")})
+		runner = ProberRunner(p)
+		r.Credentials = store
+	}
+	sched := scheduler.New(scheduler.Options{
+		Workers:  opts.ProbeConcurrency,
+		Runner:   runner,
+		OnChange: r.resultChanged,
+		Metrics:  m,
+		Logger:   opts.Logger.WithName("scheduler"),
+	})
+	r.Scheduler = sched
+	r.Publisher = &publisher.Publisher{
+		Client:   mgr.GetClient(),
+		Reader:   mgr.GetAPIReader(),
+		Recorder: mgr.GetEventRecorder(ControllerName),
+		Metrics:  m,
+	}
+	r.Recorder = r.Publisher.Recorder
+	if err := mgr.Add(sched); err != nil {
+		return nil, fmt.Errorf("adding the scheduler: %w", err)
+	}
+	if store != nil {
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			<-ctx.Done()
+			store.Stop()
+			return nil
+		})); err != nil {
+			return nil, fmt.Errorf("adding the credential store: %w", err)
+		}
+	}
+	for _, run := range opts.Runnables {
+		if err := mgr.Add(run); err != nil {
+			return nil, fmt.Errorf("adding a runnable: %w", err)
+		}
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("cache-synced", func(req *http.Request) error {
+		if !mgr.GetCache().WaitForCacheSync(req.Context()) {
+			return errors.New("caches not synced")
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("adding the readiness check: %w", err)
+	}
+	return &Agent{Manager: mgr, Metrics: m, Scheduler: sched, opts: opts}, nil
+}
+
+// Run runs the agent until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := a.Manager.Start(ctx); err != nil {
+		return fmt.Errorf("running the agent: %w", err)
+	}
+	return nil
+}
+
+// ProberRunner adapts the prober to the scheduler.
+func ProberRunner(p *prober.Prober) scheduler.Runner {
+	return scheduler.RunnerFunc(func(ctx context.Context, t scheduler.Target) scheduler.Outcome {
+		res, err := p.Probe(ctx, t.Probe, t.Namespace, t.PodIP, t.Port)
+		if err != nil {
+			return scheduler.Outcome{Err: err}
+		}
+		return scheduler.Outcome{Pass: res.Outcome == prober.Success, Reason: res.Reason}
+	})
+}
+
+// refsOf are the credential Secrets the probes of a resource reference.
+func refsOf(swh *v1alpha1.ServiceWithHealthchecks) []types.NamespacedName {
+	if swh.Spec.Healthcheck == nil {
+		return nil
+	}
+	var out []types.NamespacedName
+	for _, p := range swh.Spec.Healthcheck.Probes {
+		if p.PostgreSQL != nil && p.PostgreSQL.AuthSecretName != "" {
+			out = append(out, types.NamespacedName{Namespace: swh.Namespace, Name: p.PostgreSQL.AuthSecretName})
+		}
+	}
+	return out
+}
