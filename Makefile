@@ -5,7 +5,7 @@ SHELL := /usr/bin/env bash
 
 # Go modules of the product, joined by go.work. `go test ./...` does not cross modules at the
 # workspace root, so every target lists them.
-MODULES := api testkit images/agent images/controller
+MODULES := api testkit images/agent images/controller hooks tests
 
 KUBE_BIN    = $(shell tools/build.sh --dir kube)
 CODEGEN_BIN = $(shell tools/build.sh --dir codegen)
@@ -45,6 +45,10 @@ verify: generate ## Regenerate and fail when anything generated is out of date; 
 lint: ## Run golangci-lint on every module.
 	@tools/build.sh lint
 	@for m in $(MODULES); do echo "lint: $$m"; (cd $$m && $(LINT_BIN)/golangci-lint run --config ../.golangci.yaml ./...); done
+
+.PHONY: build
+build: ## Build the programs and the hooks binary as static binaries into bin/ (the script werf runs).
+	hack/build-images.sh --out bin
 
 .PHONY: test
 test: deps tools ## Run every test of every module (real API server, real servers); builds what it needs first.

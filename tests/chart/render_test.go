@@ -43,8 +43,6 @@ func with(counts map[string]int, add map[string]int) map[string]int {
 var platformObjects = map[string]int{"VerticalPodAutoscaler": 2, "PodMonitor": 2}
 
 type valueSetCase struct {
-	set bundle.ValueSet
-
 	wantCounts       map[string]int
 	wantReplicas     int32
 	wantNodeSelector map[string]string
@@ -65,8 +63,7 @@ var defaultAgentFlags = map[string]string{"probe-concurrency": "64", "kube-api-q
 // ValueSets are the configurations the chart is rendered with, here and in the cluster tests.
 func valueSets() map[string]valueSetCase {
 	return map[string]valueSetCase{
-		"the defaults render a highly available controller and an agent on every node": {
-			set:             bundle.ValueSet{EnabledModules: bundle.AllPlatformModules},
+		bundle.SetDefaults: {
 			wantCounts:      with(baseCounts(), platformObjects),
 			wantReplicas:    2,
 			wantTolerations: systemTolerations,
@@ -74,12 +71,7 @@ func valueSets() map[string]valueSetCase {
 			wantAgentFlags:  defaultAgentFlags,
 			wantLostGrace:   "40s",
 		},
-		"a single replica drops the anti-affinity": {
-			set: bundle.ValueSet{
-				Settings:       map[string]any{"highAvailability": false},
-				Internal:       map[string]any{"controller": map[string]any{"replicas": 1}},
-				EnabledModules: bundle.AllPlatformModules,
-			},
+		bundle.SetSingle: {
 			wantCounts:      with(baseCounts(), platformObjects),
 			wantReplicas:    1,
 			wantTolerations: systemTolerations,
@@ -87,33 +79,16 @@ func valueSets() map[string]valueSetCase {
 			wantAgentFlags:  defaultAgentFlags,
 			wantLostGrace:   "40s",
 		},
-		"credential Secrets in two namespaces get one Role each": {
-			set: bundle.ValueSet{
-				Internal: bundle.CredentialSecrets(
-					bundle.NamespaceNames{Namespace: "team-a", Names: []string{"pg-main", "pg-replica"}},
-					bundle.NamespaceNames{Namespace: "team-b", Names: []string{"orders-db"}},
-				),
-				EnabledModules: bundle.AllPlatformModules,
-			},
+		bundle.SetCredentials: {
 			wantCounts:      with(baseCounts(), with(map[string]int{"Role": 2, "RoleBinding": 2}, platformObjects)),
 			wantReplicas:    2,
 			wantTolerations: systemTolerations,
 			wantLogLevel:    "info",
 			wantAgentFlags:  defaultAgentFlags,
 			wantLostGrace:   "40s",
-			wantCredentials: map[string][]string{"team-a": {"pg-main", "pg-replica"}, "team-b": {"orders-db"}},
+			wantCredentials: map[string][]string{bundle.CredentialsNSA: {"pg-main", "pg-replica"}, bundle.CredentialsNSB: {"orders-db"}},
 		},
-		"custom placement overrides the system nodes": {
-			set: bundle.ValueSet{
-				Settings: map[string]any{"controller": map[string]any{
-					"nodeSelector": map[string]any{"node-role.example.com/infra": ""},
-					"tolerations": []any{map[string]any{
-						"key": "dedicated.example.com", "operator": "Equal", "value": "infra", "effect": "NoExecute",
-					}},
-				}},
-				EnabledModules: bundle.AllPlatformModules,
-				SystemNodes:    3,
-			},
+		bundle.SetPlacement: {
 			wantCounts:       with(baseCounts(), platformObjects),
 			wantReplicas:     2,
 			wantNodeSelector: map[string]string{"node-role.example.com/infra": ""},
@@ -124,8 +99,7 @@ func valueSets() map[string]valueSetCase {
 			wantAgentFlags: defaultAgentFlags,
 			wantLostGrace:  "40s",
 		},
-		"system nodes take the controller when the cluster has them": {
-			set:              bundle.ValueSet{EnabledModules: bundle.AllPlatformModules, SystemNodes: 2},
+		bundle.SetSystemNodes: {
 			wantCounts:       with(baseCounts(), platformObjects),
 			wantReplicas:     2,
 			wantNodeSelector: map[string]string{"node-role.deckhouse.io/system": ""},
@@ -134,15 +108,7 @@ func valueSets() map[string]valueSetCase {
 			wantAgentFlags:   defaultAgentFlags,
 			wantLostGrace:    "40s",
 		},
-		"debug settings reach both programs' flags": {
-			set: bundle.ValueSet{
-				Settings: map[string]any{
-					"logLevel":       "Debug",
-					"agentLostGrace": "1m30s",
-					"agent":          map[string]any{"probeConcurrency": 200, "kubeAPIQPS": 50, "kubeAPIBurst": 100},
-				},
-				EnabledModules: bundle.AllPlatformModules,
-			},
+		bundle.SetDebug: {
 			wantCounts:      with(baseCounts(), platformObjects),
 			wantReplicas:    2,
 			wantTolerations: systemTolerations,
@@ -150,8 +116,7 @@ func valueSets() map[string]valueSetCase {
 			wantAgentFlags:  map[string]string{"probe-concurrency": "200", "kube-api-qps": "50", "kube-api-burst": "100"},
 			wantLostGrace:   "1m30s",
 		},
-		"without the monitoring and autoscaling modules there are no PodMonitors or VPAs": {
-			set:             bundle.ValueSet{},
+		bundle.SetNoPlatform: {
 			wantCounts:      baseCounts(),
 			wantReplicas:    2,
 			wantTolerations: systemTolerations,
@@ -172,9 +137,14 @@ func render(t *testing.T, set bundle.ValueSet) bundle.Objects {
 }
 
 func TestChartRendersEveryValueSet(t *testing.T) {
-	for name, tc := range valueSets() {
+	sets := bundle.ValueSets()
+	cases := valueSets()
+	require.Len(t, cases, len(sets), "every value set has expectations")
+	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			objs := render(t, tc.set)
+			set, ok := sets[name]
+			require.True(t, ok, "value set %q", name)
+			objs := render(t, set)
 			require.Equal(t, tc.wantCounts, objs.Counts(), "kinds and counts")
 
 			ctrl, err := objs.Deployment(bundle.Namespace, "controller")

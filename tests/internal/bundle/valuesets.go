@@ -19,8 +19,8 @@ type ValueSet struct {
 
 // Digests of the test images.
 const (
-	ControllerDigest   = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
-	AgentDigest        = "sha256:2222222222222222222222222222222222222222222222222222222222222222"
+	ControllerDigest    = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	AgentDigest         = "sha256:2222222222222222222222222222222222222222222222222222222222222222"
 	KubeRbacProxyDigest = "sha256:3333333333333333333333333333333333333333333333333333333333333333"
 	// RegistryBase is the test registry.
 	RegistryBase = "registry.example.com/deckhouse/modules/service-with-healthchecks"
@@ -51,7 +51,7 @@ func (v ValueSet) Values() (map[string]any, error) {
 			"modulesImages": map[string]any{
 				"registry": map[string]any{"base": RegistryBase},
 				"digests": map[string]any{
-					"common": map[string]any{"kubeRbacProxy": KubeRbacProxyDigest},
+					"common":  map[string]any{"kubeRbacProxy": KubeRbacProxyDigest},
 					ValuesKey: map[string]any{"controller": ControllerDigest, "agent": AgentDigest},
 				},
 			},
@@ -92,4 +92,56 @@ type NamespaceNames struct {
 // ImageRef is the reference the chart must render for a digest.
 func ImageRef(digest string) string {
 	return fmt.Sprintf("%s@%s", RegistryBase, digest)
+}
+
+// Value set names: the configurations the chart is rendered with in every test package.
+const (
+	SetDefaults    = "the defaults render a highly available controller and an agent on every node"
+	SetSingle      = "a single replica drops the anti-affinity"
+	SetCredentials = "credential Secrets in two namespaces get one Role each"
+	SetPlacement   = "custom placement overrides the system nodes"
+	SetSystemNodes = "system nodes take the controller when the cluster has them"
+	SetDebug       = "debug settings reach both programs' flags"
+	SetNoPlatform  = "without the monitoring and autoscaling modules there are no PodMonitors or VPAs"
+	CredentialsNSA = "team-a"
+	CredentialsNSB = "team-b"
+)
+
+// ValueSets are the configurations the chart is rendered with.
+func ValueSets() map[string]ValueSet {
+	return map[string]ValueSet{
+		SetDefaults: {EnabledModules: AllPlatformModules},
+		SetSingle: {
+			Settings:       map[string]any{"highAvailability": false},
+			Internal:       map[string]any{"controller": map[string]any{"replicas": 1}},
+			EnabledModules: AllPlatformModules,
+		},
+		SetCredentials: {
+			Internal: CredentialSecrets(
+				NamespaceNames{Namespace: CredentialsNSA, Names: []string{"pg-main", "pg-replica"}},
+				NamespaceNames{Namespace: CredentialsNSB, Names: []string{"orders-db"}},
+			),
+			EnabledModules: AllPlatformModules,
+		},
+		SetPlacement: {
+			Settings: map[string]any{"controller": map[string]any{
+				"nodeSelector": map[string]any{"node-role.example.com/infra": ""},
+				"tolerations": []any{map[string]any{
+					"key": "dedicated.example.com", "operator": "Equal", "value": "infra", "effect": "NoExecute",
+				}},
+			}},
+			EnabledModules: AllPlatformModules,
+			SystemNodes:    3,
+		},
+		SetSystemNodes: {EnabledModules: AllPlatformModules, SystemNodes: 2},
+		SetDebug: {
+			Settings: map[string]any{
+				"logLevel":       "Debug",
+				"agentLostGrace": "1m30s",
+				"agent":          map[string]any{"probeConcurrency": 200, "kubeAPIQPS": 50, "kubeAPIBurst": 100},
+			},
+			EnabledModules: AllPlatformModules,
+		},
+		SetNoPlatform: {},
+	}
 }
