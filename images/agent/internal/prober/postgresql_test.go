@@ -63,7 +63,7 @@ func stopSharedPostgres() {
 	}
 }
 
-func pgServers(t *testing.T) *sharedPG {
+func pgServers(t testing.TB) *sharedPG {
 	t.Helper()
 	pgOnce.Do(func() { pgShared, pgErr = startSharedPG() })
 	require.NoError(t, pgErr, "starting the shared PostgreSQL servers")
