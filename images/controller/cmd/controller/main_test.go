@@ -19,6 +19,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
@@ -128,7 +129,7 @@ func TestTheProgramServesAndReconciles(t *testing.T) {
 	swh := &v1alpha1.ServiceWithHealthchecks{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
 		Spec: v1alpha1.ServiceWithHealthchecksSpec{
-			Ports: []v1alpha1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
+			Ports: []v1alpha1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)}},
 		},
 	}
 	require.NoError(t, env.Client.Create(t.Context(), swh))

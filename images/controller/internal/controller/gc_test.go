@@ -60,9 +60,7 @@ func TestGarbageSlicesAreDeletedAndTheRestSurvives(t *testing.T) {
 	})
 
 	t.Run("a slice is deleted when its port is removed from the resource", func(t *testing.T) {
-		require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(swh), swh))
-		swh.Spec.Ports = swh.Spec.Ports[:1]
-		require.NoError(t, env.Client.Update(t.Context(), swh))
+		update(t, swh, func(swh *v1alpha1.ServiceWithHealthchecks) { swh.Spec.Ports = swh.Spec.Ports[:1] })
 		gone(t, keepMetrics, "the slice of the removed port is deleted")
 	})
 

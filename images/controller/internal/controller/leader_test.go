@@ -5,9 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 )
@@ -46,9 +44,7 @@ func TestOnlyTheLeaderWritesAndTheOtherTakesOver(t *testing.T) {
 
 	setLabel := func(value string) {
 		t.Helper()
-		require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(swh), swh))
-		swh.Labels["step"] = value
-		require.NoError(t, env.Client.Update(t.Context(), swh))
+		update(t, swh, func(swh *v1alpha1.ServiceWithHealthchecks) { swh.Labels["step"] = value })
 	}
 	setLabel("2")
 	svc = eventually(t, service(ns, "web"), func(c *assert.CollectT, svc *corev1.Service) {

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
@@ -53,22 +54,19 @@ func TestChildServiceFollowsTheResource(t *testing.T) {
 	assert.Len(t, eventsAbout(t, ns, "web", "ServiceCreated"), 1, "an Event says the Service was created")
 
 	t.Run("someone else's label on the Service is left alone", func(t *testing.T) {
-		svc := service(ns, "web")
-		require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(svc), svc))
-		svc.Labels["example.org/other"] = "theirs"
-		require.NoError(t, env.Client.Update(t.Context(), svc))
+		update(t, service(ns, "web"), func(svc *corev1.Service) { svc.Labels["example.org/other"] = "theirs" })
 	})
 
 	t.Run("changes of the resource reach the Service and removed keys disappear", func(t *testing.T) {
-		require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(swh), swh))
-		swh.Labels = map[string]string{"team": "payments"}                  // changed, tier removed
-		swh.Annotations = map[string]string{"example.org/new": "1"}         // both old ones removed
-		swh.Spec.Ports[0].TargetPort = intstr.FromString("web")             // named
-		swh.Spec.Ports = append(swh.Spec.Ports[:1], v1alpha1.ServicePort{ // metrics removed, admin added
-			Name: "admin", Protocol: corev1.ProtocolTCP, Port: 8443,
+		update(t, swh, func(swh *v1alpha1.ServiceWithHealthchecks) {
+			swh.Labels = map[string]string{"team": "payments"}                // changed, tier removed
+			swh.Annotations = map[string]string{"example.org/new": "1"}       // both old ones removed
+			swh.Spec.Ports[0].TargetPort = intstr.FromString("web")           // named
+			swh.Spec.Ports = append(swh.Spec.Ports[:1], v1alpha1.ServicePort{ // metrics removed, admin added
+				Name: "admin", Protocol: corev1.ProtocolTCP, Port: 8443, TargetPort: intstr.FromInt32(8443),
+			})
+			swh.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
 		})
-		swh.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
-		require.NoError(t, env.Client.Update(t.Context(), swh))
 
 		svc := eventually(t, service(ns, "web"), func(c *assert.CollectT, svc *corev1.Service) {
 			assert.Equal(c, map[string]string{"team": "payments", "example.org/other": "theirs"}, svc.Labels)
@@ -87,18 +85,14 @@ func TestChildServiceFollowsTheResource(t *testing.T) {
 	})
 
 	t.Run("the type changes to NodePort and back", func(t *testing.T) {
-		require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(swh), swh))
-		swh.Spec.Type = corev1.ServiceTypeNodePort
-		require.NoError(t, env.Client.Update(t.Context(), swh))
+		update(t, swh, func(swh *v1alpha1.ServiceWithHealthchecks) { swh.Spec.Type = corev1.ServiceTypeNodePort })
 		eventually(t, service(ns, "web"), func(c *assert.CollectT, svc *corev1.Service) {
 			assert.Equal(c, corev1.ServiceTypeNodePort, svc.Spec.Type)
 			assert.NotZero(c, svc.Spec.Ports[0].NodePort)
 			assert.Equal(c, corev1.ServiceExternalTrafficPolicyCluster, svc.Spec.ExternalTrafficPolicy)
 		}, "the Service becomes a NodePort")
 
-		require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(swh), swh))
-		swh.Spec.Type = corev1.ServiceTypeClusterIP
-		require.NoError(t, env.Client.Update(t.Context(), swh))
+		update(t, swh, func(swh *v1alpha1.ServiceWithHealthchecks) { swh.Spec.Type = corev1.ServiceTypeClusterIP })
 		eventually(t, service(ns, "web"), func(c *assert.CollectT, svc *corev1.Service) {
 			assert.Equal(c, corev1.ServiceTypeClusterIP, svc.Spec.Type)
 			assert.Zero(c, svc.Spec.Ports[0].NodePort)
@@ -135,10 +129,10 @@ func TestAClusterIPAskedForAfterCreationIsReportedNotApplied(t *testing.T) {
 		assert.NotEmpty(c, svc.Spec.ClusterIP)
 	}, "the child Service is created")
 
-	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(swh), swh))
-	swh.Labels = map[string]string{"changed": "too"}
-	swh.Spec.ClusterIP = "10.0.0.254"
-	require.NoError(t, env.Client.Update(t.Context(), swh))
+	update(t, swh, func(swh *v1alpha1.ServiceWithHealthchecks) {
+		swh.Labels = map[string]string{"changed": "too"}
+		swh.Spec.ClusterIP = "10.0.0.254"
+	})
 
 	eventually(t, swh, func(c *assert.CollectT, swh *v1alpha1.ServiceWithHealthchecks) {
 		cond := condition(swh, v1alpha1.ConditionServiceSynced)
@@ -183,9 +177,7 @@ func TestAForeignServiceIsNeverModified(t *testing.T) {
 
 	// Reconcile again (a label change of the resource would be propagated to an owned Service).
 	before := run.reconciles()
-	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(swh), swh))
-	swh.Labels["team"] = "changed"
-	require.NoError(t, env.Client.Update(t.Context(), swh))
+	update(t, swh, func(swh *v1alpha1.ServiceWithHealthchecks) { swh.Labels["team"] = "changed" })
 	require.Eventually(t, func() bool { return run.reconciles() > before }, wait, tick, "the change is reconciled")
 
 	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(foreign), foreign))
@@ -217,8 +209,13 @@ func TestStatusMirrorsTheLoadBalancer(t *testing.T) {
 	}, "the LoadBalancer Service is created")
 
 	// What a load-balancer controller would write.
-	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.10"}}
-	require.NoError(t, env.Client.Status().Update(t.Context(), svc))
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(svc), svc); err != nil {
+			return err
+		}
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.10"}}
+		return env.Client.Status().Update(t.Context(), svc)
+	}))
 
 	eventually(t, swh, func(c *assert.CollectT, swh *v1alpha1.ServiceWithHealthchecks) {
 		if assert.Len(c, swh.Status.LoadBalancer.Ingress, 1) {

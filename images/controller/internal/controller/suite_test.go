@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -120,7 +121,9 @@ func newResource(ns, name string, mutate func(*v1alpha1.ServiceWithHealthchecks)
 			Selector: map[string]string{"app": name},
 			Ports: []v1alpha1.ServicePort{
 				{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)},
-				{Name: "metrics", Protocol: corev1.ProtocolTCP, Port: 9090},
+				// The typed client cannot omit targetPort (the API type is not a pointer), so every
+				// port names one.
+				{Name: "metrics", Protocol: corev1.ProtocolTCP, Port: 9090, TargetPort: intstr.FromInt32(9090)},
 			},
 		},
 	}
@@ -223,4 +226,17 @@ func eventsAbout(t *testing.T, ns, name, reason string) []eventsv1.Event {
 		}
 	}
 	return out
+}
+
+// update reads obj, applies change and writes it, again when a write of the controller came
+// in between.
+func update[T client.Object](t *testing.T, obj T, change func(T)) {
+	t.Helper()
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		change(obj)
+		return env.Client.Update(t.Context(), obj)
+	}))
 }
