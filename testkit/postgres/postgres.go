@@ -250,7 +250,7 @@ func (s *Server) Exec(ctx context.Context, sql string, args ...any) error {
 	if err != nil {
 		return err
 	}
-	defer c.Close(context.WithoutCancel(ctx))
+	defer func() { _ = c.Close(context.WithoutCancel(ctx)) }()
 	if _, err := c.Exec(ctx, sql, args...); err != nil {
 		return fmt.Errorf("running %q: %w", sql, err)
 	}
@@ -273,7 +273,7 @@ func (s *Server) InRecovery(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	defer c.Close(context.WithoutCancel(ctx))
+	defer func() { _ = c.Close(context.WithoutCancel(ctx)) }()
 	var r bool
 	if err := c.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&r); err != nil {
 		return false, fmt.Errorf("asking pg_is_in_recovery: %w", err)
@@ -422,7 +422,7 @@ func (s *Server) run(ctx context.Context, program string, args ...string) error 
 		return fmt.Errorf("creating output file: %w", err)
 	}
 	defer func() { _ = os.Remove(out.Name()) }()
-	defer out.Close()
+	defer func() { _ = out.Close() }()
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Run(); err != nil {
 		b, _ := os.ReadFile(out.Name())
@@ -481,6 +481,6 @@ func freePort(host string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("finding a free port on %s: %w", host, err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -1,11 +1,14 @@
 package prober_test
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/prober"
@@ -66,4 +69,23 @@ func BenchmarkPostgreSQL(b *testing.B) {
 	pg := pgServers(b)
 	secrets := staticCredentials{"app": pgSecret(map[string]string{"user": "app", "password": appPassword})}
 	benchProbe(b, pgProbe("SELECT 1", "", "app", 5), prober.New(prober.Options{Credentials: secrets}), pg.primary.Host, int32(pg.primary.Port))
+}
+
+// BenchmarkPostgreSQLConnectOnly is the floor of BenchmarkPostgreSQL: a bare pgx connection
+// with the same role (SCRAM) that is closed at once, no query.
+func BenchmarkPostgreSQLConnectOnly(b *testing.B) {
+	pg := pgServers(b)
+	cfg, err := pgconn.ParseConfig(fmt.Sprintf("host=%s port=%d user=app dbname=postgres sslmode=disable", pg.primary.Host, pg.primary.Port))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.Password = appPassword
+	b.ReportAllocs()
+	for b.Loop() {
+		c, err := pgconn.ConnectConfig(b.Context(), cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = c.Close(b.Context())
+	}
 }

@@ -111,7 +111,7 @@ func (p *Prober) probeHTTP(ctx context.Context, h *v1alpha1.HTTPProbe, addr neti
 	if err != nil {
 		return failure(netReason(ctx, err, timeout)), nil
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	if deadline, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(deadline)
 	}
