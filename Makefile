@@ -53,3 +53,7 @@ build: ## Build the programs and the hooks binary as static binaries into bin/ (
 .PHONY: test
 test: deps tools ## Run every test of every module (real API server, real servers); builds what it needs first.
 	go test $(GO_TEST_FLAGS) $(addprefix ./,$(addsuffix /...,$(MODULES)))
+
+.PHONY: bench-probes
+bench-probes: deps ## Benchmark our TCP/HTTP/PostgreSQL probers and the kubelet's TCP/HTTP probers (docs/BENCHMARKS.md).
+	bench/probes/run.sh
