@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
 # Runs the probe benchmarks of the agent (images/agent/internal/prober: TCP, HTTP, PostgreSQL)
-# and of the kubelet (this module: k8s.io/kubernetes/pkg/probe/{tcp,http}) in one go, against
-# the same kind of local servers. Results go to docs/BENCHMARKS.md. Needs PostgreSQL 15
-# (make deps) and, as root, runs it as the postgres user.
+# and of the kubelet (this module: k8s.io/kubernetes/pkg/probe/{tcp,http}) against the same kind
+# of local servers. Both test binaries are built first and then run in alternation, ROUNDS times,
+# so load from anything else on the machine hits both sides alike. Results go to
+# docs/BENCHMARKS.md. Needs PostgreSQL 15 (make deps); as root it runs it as the postgres user.
 #
-#   bench/probes/run.sh                 # default: -benchtime=3s -count=3
-#   BENCH_FLAGS="-benchtime=1000x" bench/probes/run.sh
+#   bench/probes/run.sh                                   # ROUNDS=5 BENCHTIME=2s
+#   ROUNDS=3 BENCHTIME=1000x BENCH='TCP|HTTP' bench/probes/run.sh
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-flags=(${BENCH_FLAGS:--benchtime=3s -count=3})
-echo "== agent prober (images/agent/internal/prober)"
-(cd "$root/images/agent" && go test -run '^$' -bench . -benchmem "${flags[@]}" ./internal/prober/)
-echo "== kubelet prober (bench/probes, k8s.io/kubernetes v1.37.2)"
-(cd "$root/bench/probes" && GOWORK=off go test -run '^$' -bench . -benchmem "${flags[@]}" .)
+rounds="${ROUNDS:-5}"
+benchtime="${BENCHTIME:-2s}"
+bench="${BENCH:-.}"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+(cd "$root/images/agent" && go test -c -o "$tmp/agent.test" ./internal/prober/)
+(cd "$root/bench/probes" && GOWORK=off go test -c -o "$tmp/kubelet.test" .)
+flags=(-test.run '^$' -test.bench "$bench" -test.benchmem -test.benchtime "$benchtime")
+for i in $(seq 1 "$rounds"); do
+	echo "== round $i: agent prober (images/agent/internal/prober)"
+	(cd "$root/images/agent/internal/prober" && "$tmp/agent.test" "${flags[@]}") | grep -E '^Benchmark'
+	echo "== round $i: kubelet prober (k8s.io/kubernetes v1.37.2 pkg/probe)"
+	(cd "$root/bench/probes" && "$tmp/kubelet.test" "${flags[@]}") | grep -E '^Benchmark'
+done

@@ -4,6 +4,9 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
+	"strconv"
 	"testing"
 	"time"
 
@@ -74,4 +77,30 @@ func TestPrimaryReplicaPromoteStopStart(t *testing.T) {
 	c, err = connect(primary, "s3cret")
 	require.NoError(t, err, "the primary answers again after Start")
 	require.NoError(t, c.Close(ctx))
+}
+
+// TestServerInsideANetworkNamespace runs a server under CommandPrefix in a namespace the test
+// creates: it listens there on its own address, and the superuser still reaches it over the
+// Unix socket.
+func TestServerInsideANetworkNamespace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates a network namespace")
+	}
+	ns := "swhpgtest-" + strconv.Itoa(os.Getpid())
+	run := func(args ...string) {
+		t.Helper()
+		out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+		require.NoError(t, err, "%v: %s", args, out)
+	}
+	run("ip", "netns", "add", ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	run("ip", "-n", ns, "link", "set", "lo", "up")
+	run("ip", "-n", ns, "addr", "add", "10.250.0.1/32", "dev", "lo")
+
+	s := postgres.StartForTest(t, postgres.Options{ListenAddress: "10.250.0.1", CommandPrefix: []string{"ip", "netns", "exec", ns}})
+	require.Equal(t, 5432, s.Port, "a fresh namespace has the standard port free")
+	require.NoError(t, s.CreateRole(t.Context(), "app", "pw"))
+	out, err := exec.Command("ip", "netns", "exec", ns, "ss", "-Hltn", "sport = :5432").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "10.250.0.1:5432", "the server listens inside the namespace")
 }
