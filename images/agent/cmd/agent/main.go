@@ -61,7 +61,7 @@ func parse(args []string) (flags, error) {
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stdout, "Usage of agent (service-with-healthchecks per-node agent):")
+			_, _ = fmt.Fprintln(os.Stdout, "Usage of agent (service-with-healthchecks per-node agent):")
 			fs.SetOutput(os.Stdout)
 			fs.PrintDefaults()
 		}

@@ -444,4 +444,3 @@ func (r *Reconciler) nodeZone(ctx context.Context, log logr.Logger) string {
 	r.mu.Unlock()
 	return zone
 }
-

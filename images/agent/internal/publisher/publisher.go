@@ -11,7 +11,6 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -48,7 +47,7 @@ func (p *Publisher) Apply(ctx context.Context, owner *v1alpha1.ServiceWithHealth
 	for _, s := range plan.Create {
 		err := p.Client.Create(ctx, s)
 		if apierrors.IsAlreadyExists(err) {
-			c, ownErr := p.heldBy(ctx, owner.UID, s, keys[s.Name])
+			c, ownErr := p.heldBy(ctx, s, keys[s.Name])
 			if ownErr != nil {
 				errs = append(errs, ownErr)
 				continue
@@ -67,7 +66,7 @@ func (p *Publisher) Apply(ctx context.Context, owner *v1alpha1.ServiceWithHealth
 		}
 	}
 	for _, s := range plan.Update {
-		if err := p.update(ctx, owner.UID, s, keys[s.Name]); err != nil {
+		if err := p.update(ctx, s, keys[s.Name]); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -92,7 +91,7 @@ func (p *Publisher) Apply(ctx context.Context, owner *v1alpha1.ServiceWithHealth
 
 // update writes s; on a conflict it merges the desired content into the latest version of the
 // slice, as long as that is still ours, and tries again.
-func (p *Publisher) update(ctx context.Context, uid types.UID, s *discoveryv1.EndpointSlice, key slicemeta.SliceKey) error {
+func (p *Publisher) update(ctx context.Context, s *discoveryv1.EndpointSlice, key slicemeta.SliceKey) error {
 	attempt := s
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		err := p.Client.Update(ctx, attempt)
@@ -123,7 +122,7 @@ func (p *Publisher) update(ctx context.Context, uid types.UID, s *discoveryv1.En
 
 // heldBy reads the slice that holds the name of s and says whether it is a conflict (nil when
 // it is this resource's own slice).
-func (p *Publisher) heldBy(ctx context.Context, uid types.UID, s *discoveryv1.EndpointSlice, key slicemeta.SliceKey) (*slices.Conflict, error) {
+func (p *Publisher) heldBy(ctx context.Context, s *discoveryv1.EndpointSlice, key slicemeta.SliceKey) (*slices.Conflict, error) {
 	cur := &discoveryv1.EndpointSlice{}
 	if err := p.Reader.Get(ctx, client.ObjectKeyFromObject(s), cur); err != nil {
 		return nil, fmt.Errorf("reading EndpointSlice %s that holds the name: %w", s.Name, err)

@@ -39,13 +39,13 @@ func TestRecordAppliesThresholdsWithHysteresis(t *testing.T) {
 		want             string // the state after each run: U, P, F
 		changes          int
 	}{
-		"one pass decides with successThreshold 1": {1, 3, "P", "P", 1},
-		"failures below failureThreshold keep a passing target passing": {1, 3, "PFFPFF", "PPPPPP", 1},
-		"failureThreshold consecutive failures fail it": {1, 3, "PFFF", "PPPF", 2},
-		"successThreshold consecutive passes bring it back": {2, 1, "FPFPP", "FFFFP", 2},
-		"a new target stays undecided until a threshold is reached": {2, 3, "PFFP", "UUUU", 0},
+		"one pass decides with successThreshold 1":                          {1, 3, "P", "P", 1},
+		"failures below failureThreshold keep a passing target passing":     {1, 3, "PFFPFF", "PPPPPP", 1},
+		"failureThreshold consecutive failures fail it":                     {1, 3, "PFFF", "PPPF", 2},
+		"successThreshold consecutive passes bring it back":                 {2, 1, "FPFPP", "FFFFP", 2},
+		"a new target stays undecided until a threshold is reached":         {2, 3, "PFFP", "UUUU", 0},
 		"a new target that keeps failing is decided after failureThreshold": {1, 3, "FFF", "UUF", 1},
-		"repeated results emit nothing more": {1, 1, "PPPPFFFF", "PPPPFFFF", 2},
+		"repeated results emit nothing more":                                {1, 1, "PPPPFFFF", "PPPPFFFF", 2},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
