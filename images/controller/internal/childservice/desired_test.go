@@ -346,6 +346,21 @@ func TestDecide(t *testing.T) {
 				Owned: inSync, SelectsPods: true},
 			wantClear: true, wantStatus: metav1.ConditionTrue, wantReason: ReasonSynced,
 		},
+		"an adopted Service with a port the resource lacks keeps its selector and says so": {
+			in: Input{Resource: resource(nil), Live: liveSvc(func(s *corev1.Service) {
+				adoptable(s)
+				s.Spec.Ports = []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}, {Port: 8443, Protocol: corev1.ProtocolTCP}}
+			})},
+			wantApply: true, wantAdopt: true, wantStatus: metav1.ConditionFalse, wantReason: ReasonExtraPorts, wantInMessage: "8443/TCP",
+		},
+		"a port the controller owns and the resource dropped is no extra port: the apply removes it": {
+			in: Input{Resource: resource(nil), Live: liveSvc(func(s *corev1.Service) {
+				s.Spec.Ports = []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}, {Port: 8443, Protocol: corev1.ProtocolTCP}}
+			}), Owned: Desired(resource(func(s *v1alpha1.ServiceWithHealthchecks) {
+				s.Spec.Ports = append(s.Spec.Ports, v1alpha1.ServicePort{Name: "https", Protocol: corev1.ProtocolTCP, Port: 8443})
+			}), corev1ac.Service("web", "apps"))},
+			wantApply: true, wantStatus: metav1.ConditionTrue, wantReason: ReasonSynced,
+		},
 		"a cluster IP the spec asks for after creation is not applied, and said so": {
 			in:         Input{Resource: resource(func(s *v1alpha1.ServiceWithHealthchecks) { s.Spec.ClusterIP = "10.0.0.99" }), Live: liveSvc(nil), Owned: inSync},
 			wantStatus: metav1.ConditionTrue, wantReason: ReasonClusterIPNotChanged, wantInMessage: "10.0.0.99",

@@ -28,6 +28,10 @@ const (
 	// ReasonSelectorPending: the Service (being adopted) still has a selector, kept until this
 	// module publishes EndpointSlices for every port.
 	ReasonSelectorPending = "SelectorPending"
+	// ReasonExtraPorts: the Service has ports the resource does not list, set by another field
+	// manager (typically before adoption); they are neither served by this module's slices nor
+	// removed, and the selector is kept while they exist.
+	ReasonExtraPorts = "ExtraPorts"
 	// ReasonReplacingService: a Service left by a deleted resource of the same name is replaced.
 	ReasonReplacingService = "ReplacingService"
 	// ReasonInvalid: the API server rejected the Service the resource asks for.
@@ -115,6 +119,12 @@ func Decide(in Input) Plan {
 	}
 	p.Adopt = p.Ownership == Adoptable
 
+	if extra := extraPorts(swh, live, in.Owned); len(extra) > 0 {
+		p.Synced = condition(metav1.ConditionFalse, ReasonExtraPorts,
+			"Service %s has port(s) %s that the resource does not list; another field manager set them, so they are not removed and the Service's selector is kept: remove them from the Service or add them to the resource",
+			name, strings.Join(extra, ", "))
+		return p
+	}
 	if len(live.Spec.Selector) > 0 {
 		if len(in.MissingPorts) == 0 || !in.SelectsPods {
 			p.ClearSelector = true
@@ -151,6 +161,38 @@ func formatSelector(sel map[string]string) string {
 		parts = append(parts, k+"="+sel[k])
 	}
 	return strings.Join(parts, ",")
+}
+
+// extraPorts lists the ports of live (as port/protocol) that the resource does not have and that
+// the controller's next apply does not remove (because it does not own them).
+func extraPorts(swh *v1alpha1.ServiceWithHealthchecks, live *corev1.Service, owned *corev1ac.ServiceApplyConfiguration) []string {
+	type key struct {
+		port     int32
+		protocol corev1.Protocol
+	}
+	want := map[key]bool{}
+	for _, p := range swh.Spec.Ports {
+		want[key{p.Port, cmpOr(p.Protocol, corev1.ProtocolTCP)}] = true
+	}
+	if owned != nil && owned.Spec != nil {
+		for _, p := range owned.Spec.Ports {
+			want[key{deref(p.Port), cmpOr(deref(p.Protocol), corev1.ProtocolTCP)}] = true
+		}
+	}
+	var extra []string
+	for _, p := range live.Spec.Ports {
+		if !want[key{p.Port, cmpOr(p.Protocol, corev1.ProtocolTCP)}] {
+			extra = append(extra, strconv.Itoa(int(p.Port))+"/"+string(cmpOr(p.Protocol, corev1.ProtocolTCP)))
+		}
+	}
+	return extra
+}
+
+func cmpOr(p, def corev1.Protocol) corev1.Protocol {
+	if p == "" {
+		return def
+	}
+	return p
 }
 
 // PortLabel is the value of the slice port label for a port of the resource: its name, empty

@@ -70,7 +70,7 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Config, er
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
-			fmt.Fprintf(out, "Usage: controller [flags]\n\n"+
+			_, _ = fmt.Fprintf(out, "Usage: controller [flags]\n\n"+
 				"Keeps, for every ServiceWithHealthchecks, a Service of the same name with an empty selector,\n"+
 				"writes the resource's status and removes EndpointSlices that belong to nothing.\n\nFlags:\n%s",
 				fs.FlagUsages())

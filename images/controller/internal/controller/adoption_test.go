@@ -111,3 +111,29 @@ func TestAdoptionClearsTheSelectorAtOnceWhenItSelectsNoPod(t *testing.T) {
 	assert.Equal(t, live.Spec.ClusterIP, svc.Spec.ClusterIP)
 	assert.Equal(t, live.Spec.Ports[0].NodePort, svc.Spec.Ports[0].NodePort)
 }
+
+func TestAdoptionKeepsTheSelectorWhileTheServiceHasPortsTheResourceLacks(t *testing.T) {
+	ns := env.CreateNamespaceForTest(t, "adoptx")
+	startController(t, ns, nil)
+	live := liveService(ns)
+	live.Spec.Ports = append(live.Spec.Ports, corev1.ServicePort{Name: "admin", Protocol: corev1.ProtocolTCP, Port: 8443})
+	create(t, live)
+
+	swh := newResource(ns, "web", func(s *v1alpha1.ServiceWithHealthchecks) { s.Spec.Type = corev1.ServiceTypeNodePort })
+	create(t, swh)
+	eventually(t, swh, func(c *assert.CollectT, swh *v1alpha1.ServiceWithHealthchecks) {
+		cond := condition(swh, v1alpha1.ConditionServiceSynced)
+		assert.Equal(c, childservice.ReasonExtraPorts, cond.Reason)
+		assert.Contains(c, cond.Message, "8443/TCP")
+	}, "the status names the port the resource lacks")
+	svc := service(ns, "web")
+	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(svc), svc))
+	assert.Len(t, svc.OwnerReferences, 1, "the Service is adopted")
+	assert.NotEmpty(t, svc.Spec.Selector, "the selector is kept: traffic to the extra port would fail without it")
+	assert.Len(t, svc.Spec.Ports, 3, "the extra port is not removed")
+
+	update(t, svc, func(svc *corev1.Service) { svc.Spec.Ports = svc.Spec.Ports[:2] })
+	eventually(t, service(ns, "web"), func(c *assert.CollectT, svc *corev1.Service) {
+		assert.Empty(c, svc.Spec.Selector)
+	}, "once the user removes the port, the selector (which selects no pod) is cleared")
+}

@@ -38,7 +38,7 @@ func TestOnlyTheLeaderWritesAndTheOtherTakesOver(t *testing.T) {
 
 	swh := newResource(ns, "web", func(s *v1alpha1.ServiceWithHealthchecks) { s.Labels = map[string]string{"step": "1"} })
 	create(t, swh)
-	svc := eventually(t, service(ns, "web"), func(c *assert.CollectT, svc *corev1.Service) {
+	eventually(t, service(ns, "web"), func(c *assert.CollectT, svc *corev1.Service) {
 		assert.Equal(c, "1", svc.Labels["step"])
 	}, "the leader creates the Service")
 
@@ -47,7 +47,7 @@ func TestOnlyTheLeaderWritesAndTheOtherTakesOver(t *testing.T) {
 		update(t, swh, func(swh *v1alpha1.ServiceWithHealthchecks) { swh.Labels["step"] = value })
 	}
 	setLabel("2")
-	svc = eventually(t, service(ns, "web"), func(c *assert.CollectT, svc *corev1.Service) {
+	svc := eventually(t, service(ns, "web"), func(c *assert.CollectT, svc *corev1.Service) {
 		assert.Equal(c, "2", svc.Labels["step"])
 	}, "the leader updates the Service")
 	assert.Equal(t, []string{"controller-a"}, managers(svc), "only the leader wrote the Service")

@@ -329,6 +329,10 @@ func apiMessage(err error) string {
 // writeStatus writes the status computed from what was observed, unless it is unchanged, and
 // records an Event when the ServiceSynced condition turns into a problem.
 func (r *Reconciler) writeStatus(ctx context.Context, swh *v1alpha1.ServiceWithHealthchecks, out serviceOutcome, slices []discoveryv1.EndpointSlice) error {
+	if err := ctx.Err(); err != nil {
+		// Shutting down (or leadership lost): what failed is not the Service's problem.
+		return err
+	}
 	prev := meta.FindStatusCondition(swh.Status.Conditions, v1alpha1.ConditionServiceSynced)
 	if out.synced.Status == metav1.ConditionFalse && (prev == nil || prev.Status != out.synced.Status || prev.Reason != out.synced.Reason) {
 		r.recorder.Eventf(swh, nil, corev1.EventTypeWarning, out.synced.Reason, "SyncService", "%s", out.synced.Message)

@@ -67,19 +67,19 @@ func TestDecide(t *testing.T) {
 		slice    discoveryv1.EndpointSlice
 		want     Reason // "" means the slice survives
 	}{
-		"ours for a live node and port survives":                     {resource: resource("http"), slice: slice("http", "n1")},
-		"ours for a single unnamed port on a live node survives":      {resource: resource(""), slice: slice("", "n2")},
-		"another controller's slice survives even for a gone node":    {resource: resource("http"), slice: slice("http", "gone", managedBy("endpointslice-controller.k8s.io"))},
-		"another controller's slice survives when the resource is gone": {resource: nil, slice: slice("http", "n1", managedBy("someone-else"))},
-		"a slice without managed-by survives":                         {resource: nil, slice: slice("http", "n1", managedBy(""))},
-		"ours of a deleted resource is garbage":                       {resource: nil, slice: slice("http", "n1"), want: ResourceDeleted},
-		"ours owned by a deleted UID of the same name is garbage":     {resource: resource("http"), slice: slice("http", "n1", ownedBy("old-uid")), want: OwnerMismatch},
-		"ours without an owner reference is garbage":                  {resource: resource("http"), slice: slice("http", "n1", noOwner), want: OwnerMismatch},
-		"ours for a removed port is garbage":                          {resource: resource("http"), slice: slice("metrics", "n1"), want: PortRemoved},
+		"ours for a live node and port survives":                         {resource: resource("http"), slice: slice("http", "n1")},
+		"ours for a single unnamed port on a live node survives":         {resource: resource(""), slice: slice("", "n2")},
+		"another controller's slice survives even for a gone node":       {resource: resource("http"), slice: slice("http", "gone", managedBy("endpointslice-controller.k8s.io"))},
+		"another controller's slice survives when the resource is gone":  {resource: nil, slice: slice("http", "n1", managedBy("someone-else"))},
+		"a slice without managed-by survives":                            {resource: nil, slice: slice("http", "n1", managedBy(""))},
+		"ours of a deleted resource is garbage":                          {resource: nil, slice: slice("http", "n1"), want: ResourceDeleted},
+		"ours owned by a deleted UID of the same name is garbage":        {resource: resource("http"), slice: slice("http", "n1", ownedBy("old-uid")), want: OwnerMismatch},
+		"ours without an owner reference is garbage":                     {resource: resource("http"), slice: slice("http", "n1", noOwner), want: OwnerMismatch},
+		"ours for a removed port is garbage":                             {resource: resource("http"), slice: slice("metrics", "n1"), want: PortRemoved},
 		"ours for the unnamed port after the ports got names is garbage": {resource: resource("http", "metrics"), slice: slice("", "n1"), want: PortRemoved},
-		"ours without a port label is garbage":                        {resource: resource("http"), slice: slice("http", "n1", noPortLabel), want: PortRemoved},
-		"ours for a deleted node is garbage":                          {resource: resource("http"), slice: slice("http", "gone"), want: NodeDeleted},
-		"ours that names no node is garbage":                          {resource: resource("http"), slice: slice("http", "n1", noNode), want: NodeDeleted},
+		"ours without a port label is garbage":                           {resource: resource("http"), slice: slice("http", "n1", noPortLabel), want: PortRemoved},
+		"ours for a deleted node is garbage":                             {resource: resource("http"), slice: slice("http", "gone"), want: NodeDeleted},
+		"ours that names no node is garbage":                             {resource: resource("http"), slice: slice("http", "n1", noNode), want: NodeDeleted},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
