@@ -1,0 +1,320 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
+)
+
+// kubeProxyTables are the nftables tables kube-proxy's nftables mode owns.
+var kubeProxyTables = [][2]string{{"ip", "kube-proxy"}, {"ip6", "kube-proxy"}}
+
+// kubeProxy is a running kube-proxy.
+type kubeProxy struct {
+	cmd     *exec.Cmd
+	dir     string
+	logPath string
+	logFile *os.File
+	done    chan struct{}
+	waitErr error
+}
+
+// kubeProxyConfig is kube-proxy's configuration: nftables mode, acting as node, ports bound to
+// 127.0.0.1, no conntrack sysctl writes (the limits are global or the machine's business), a
+// short minimum sync period so tests see slice changes quickly.
+const kubeProxyConfig = `apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: nftables
+hostnameOverride: %q
+clientConnection:
+  kubeconfig: %q
+  qps: 100
+  burst: 200
+healthzBindAddress: 127.0.0.1:%d
+metricsBindAddress: 127.0.0.1:%d
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+nftables:
+  minSyncPeriod: 100ms
+  syncPeriod: 30s
+oomScoreAdj: 0
+logging:
+  verbosity: 2
+`
+
+func startKubeProxy(ctx context.Context, env *controlplane.Env, node string, out io.Writer) (*kubeProxy, error) {
+	bin, err := controlplane.Binary("kube-proxy")
+	if err != nil {
+		return nil, err
+	}
+	dir, err := tempDirs.make("swh-kube-proxy-")
+	if err != nil {
+		return nil, err
+	}
+	kp := &kubeProxy{dir: dir, done: make(chan struct{})}
+	kubeconfig, err := env.WriteKubeConfig(dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	healthz, err := freePort()
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	metrics, err := freePort()
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	cfgPath := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfgPath, fmt.Appendf(nil, kubeProxyConfig, node, kubeconfig, healthz, metrics), 0o600); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("writing kube-proxy's config: %w", err)
+	}
+	if out == nil && os.Getenv("SWH_TEST_KUBEPROXY_OUTPUT") == "1" {
+		out = os.Stderr
+	}
+	if out == nil {
+		kp.logPath = filepath.Join(dir, "kube-proxy.log")
+		f, err := os.Create(kp.logPath)
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("creating kube-proxy's log: %w", err)
+		}
+		kp.logFile, out = f, f
+	}
+	kp.cmd = exec.Command(bin, "--config", cfgPath)
+	kp.cmd.Stdout, kp.cmd.Stderr = out, out
+	kp.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := kp.cmd.Start(); err != nil {
+		kp.cleanupFiles()
+		return nil, fmt.Errorf("starting kube-proxy: %w", err)
+	}
+	go func() {
+		kp.waitErr = kp.cmd.Wait()
+		close(kp.done)
+	}()
+	// healthz answers 200 once kube-proxy has found its Node and written its rules.
+	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", healthz)
+	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		select {
+		case <-kp.done:
+			err := fmt.Errorf("kube-proxy exited during start: %w%s", kp.waitErr, kp.logTail())
+			kp.cleanupFiles()
+			return nil, err
+		default:
+		}
+		resp, err := hc.Get(url)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return kp, nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return kp, fmt.Errorf("kube-proxy is not healthy after a minute (%s)%s", url, kp.logTail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// logTail is the end of kube-proxy's log file, for error messages.
+func (kp *kubeProxy) logTail() string {
+	if kp.logPath == "" {
+		return ""
+	}
+	b, err := os.ReadFile(kp.logPath)
+	if err != nil {
+		return ""
+	}
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return "; kube-proxy's log ends with:\n" + string(b)
+}
+
+func (kp *kubeProxy) cleanupFiles() {
+	if kp.logFile != nil {
+		_ = kp.logFile.Close()
+	}
+	_ = os.RemoveAll(kp.dir)
+}
+
+// stop ends kube-proxy (SIGTERM, then SIGKILL after 10 s), deletes its nftables tables (it
+// leaves them behind on exit) and removes its files.
+func (kp *kubeProxy) stop() error {
+	var errs []error
+	_ = syscall.Kill(-kp.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-kp.done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-kp.cmd.Process.Pid, syscall.SIGKILL)
+		<-kp.done
+	}
+	for _, tbl := range kubeProxyTables {
+		out, err := exec.Command("nft", "delete", "table", tbl[0], tbl[1]).CombinedOutput()
+		if err != nil && !bytes.Contains(out, []byte("No such file or directory")) {
+			errs = append(errs, fmt.Errorf("deleting nftables table %s %s: %w: %s", tbl[0], tbl[1], err, bytes.TrimSpace(out)))
+		}
+	}
+	kp.cleanupFiles()
+	return errors.Join(errs...)
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("finding a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ProgrammedEndpoints returns the endpoints ("ip:port", sorted) that kube-proxy's nftables rules
+// currently send NEW connections to for the Service "namespace/name" and its port number port.
+// It reads kube-proxy's own rules, so it shows what kube-proxy made of the EndpointSlices: only
+// ready endpoints, or the serving terminating ones when none is ready. No rules means none.
+func (c *Cluster) ProgrammedEndpoints(ctx context.Context, service string, port int32) ([]string, error) {
+	if c.kubeProxy == nil {
+		return nil, errors.New("this cluster runs no kube-proxy (Options.KubeProxy)")
+	}
+	key, err := splitKey(service)
+	if err != nil {
+		return nil, err
+	}
+	svc := &corev1.Service{}
+	if err := c.Env.Client.Get(ctx, key, svc); err != nil {
+		return nil, fmt.Errorf("reading Service %s: %w", service, err)
+	}
+	var sp *corev1.ServicePort
+	for i := range svc.Spec.Ports {
+		if svc.Spec.Ports[i].Port == port {
+			sp = &svc.Spec.Ports[i]
+		}
+	}
+	if sp == nil {
+		return nil, fmt.Errorf("service %s has no port %d", service, port)
+	}
+	prefix := "service-"
+	if p := svc.Spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
+		prefix = "local-"
+	}
+	base := fmt.Sprintf("%s/%s/%s/%s", key.Namespace, key.Name, strings.ToLower(string(sp.Protocol)), sp.Name)
+	// `nft list chains <family> <table>` is newer than the nftables here: list the table.
+	table, err := exec.CommandContext(ctx, "nft", "list", "table", "ip", "kube-proxy").CombinedOutput()
+	if err != nil {
+		if bytes.Contains(table, []byte("No such file or directory")) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("listing kube-proxy's table: %w: %s", err, bytes.TrimSpace(table))
+	}
+	// Chain names are "service-" + 8 hash characters + "-" + namespace/name/protocol/port.
+	chainRE := regexp.MustCompile(`(?m)^\tchain ` + regexp.QuoteMeta(prefix) + `[A-Z0-9]{8}-` + regexp.QuoteMeta(base) + ` \{\n`)
+	loc := chainRE.FindIndex(table)
+	if loc == nil {
+		return nil, nil
+	}
+	rules := table[loc[1]:]
+	if end := bytes.Index(rules, []byte("\n\t}")); end >= 0 {
+		rules = rules[:end]
+	}
+	// The chain dispatches in one of three shapes: "dnat to IP:PORT" (one endpoint), "dnat ip to
+	// numgen random mod N map { 0 : IP . PORT, ... }" (several), or "goto endpoint-HASH-...__IP/PORT"
+	// (session affinity).
+	seen := map[string]bool{}
+	for _, re := range []*regexp.Regexp{
+		regexp.MustCompile(`dnat to ([0-9.]+):([0-9]+)`),
+		regexp.MustCompile(`[0-9]+ : ([0-9.]+) \. ([0-9]+)`),
+		regexp.MustCompile(`goto endpoint-[A-Z0-9]{8}-` + regexp.QuoteMeta(base) + `__([0-9.]+)/([0-9]+)`),
+	} {
+		for _, em := range re.FindAllSubmatch(rules, -1) {
+			seen[net.JoinHostPort(string(em[1]), string(em[2]))] = true
+		}
+	}
+	eps := make([]string, 0, len(seen))
+	for ep := range seen {
+		eps = append(eps, ep)
+	}
+	sort.Strings(eps)
+	return eps, nil
+}
+
+// WaitProgrammed waits (up to a minute) until kube-proxy sends new connections for the
+// Service "namespace/name" port to exactly the given pods (by address; no pods: to nobody).
+// Call it after writing EndpointSlices and before sending traffic.
+func (c *Cluster) WaitProgrammed(t testing.TB, service string, port int32, pods ...*Pod) {
+	t.Helper()
+	want := make([]string, 0, len(pods))
+	for _, p := range pods {
+		want = append(want, p.IP.String())
+	}
+	sort.Strings(want)
+	deadline := time.Now().Add(time.Minute)
+	var last []string
+	var lastErr error
+	for {
+		eps, err := c.ProgrammedEndpoints(t.Context(), service, port)
+		last, lastErr = nil, err
+		for _, ep := range eps {
+			h, _, _ := net.SplitHostPort(ep)
+			last = append(last, h)
+		}
+		sort.Strings(last)
+		if err == nil && slices.Equal(last, want) {
+			return
+		}
+		if time.Now().After(deadline) || t.Context().Err() != nil {
+			table, _ := exec.Command("nft", "list", "table", "ip", "kube-proxy").CombinedOutput()
+			if len(table) > 6000 {
+				table = table[:6000]
+			}
+			t.Fatalf("kube-proxy did not program %s port %d to %v within a minute: it has %v (last error: %v); its table:\n%s",
+				service, port, want, last, lastErr, table)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// splitKey parses "namespace/name".
+func splitKey(s string) (types.NamespacedName, error) {
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || name == "" {
+		return types.NamespacedName{}, fmt.Errorf("%q is not namespace/name", s)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
+}
+
+// KubeProxyPID is the process id of kube-proxy (0 when the cluster runs none), for tests that
+// check it is gone.
+func (c *Cluster) KubeProxyPID() int {
+	if c.kubeProxy == nil {
+		return 0
+	}
+	return c.kubeProxy.cmd.Process.Pid
+}

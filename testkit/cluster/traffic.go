@@ -1,0 +1,345 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// TrafficOptions describe a bounded request loop. It stops by itself after Count requests or
+// after Duration, whichever comes first; one of them must be set.
+type TrafficOptions struct {
+	// Service is "namespace/name"; requests go to its ClusterIP and Port.
+	Service string
+	// Port is the Service port (or the port of Address).
+	Port int32
+	// Address, instead of Service, is an IP to dial directly (a pod, a node).
+	Address string
+	// Protocol is what the servers speak: HTTP (default), TCP or SMTP.
+	Protocol Protocol
+	// Interval between the starts of two requests (default 10 ms). Requests are sequential,
+	// each on a new connection, so kube-proxy chooses an endpoint for every one.
+	Interval time.Duration
+	// Count stops the loop after this many requests.
+	Count int
+	// Duration stops the loop after this long.
+	Duration time.Duration
+	// Timeout of one request, connect to reply (default 2 s).
+	Timeout time.Duration
+}
+
+// Result is one request of a traffic loop.
+type Result struct {
+	// Start is when the request started.
+	Start time.Time
+	// Duration from start to the end of the reply (or the error).
+	Duration time.Duration
+	// OK: connected, got a reply naming a pod and, for HTTP, status 200.
+	OK bool
+	// Pod is the "namespace/name" that answered; empty when nobody did.
+	Pod string
+	// Status is the HTTP status code (0 for other protocols or without a reply).
+	Status int
+	// Err says why the request failed; empty when OK.
+	Err string
+}
+
+// Results of a traffic loop, in the order the requests were sent.
+type Results []Result
+
+// ByPod counts the successful requests per answering pod.
+func (r Results) ByPod() map[string]int {
+	m := map[string]int{}
+	for _, x := range r {
+		if x.OK {
+			m[x.Pod]++
+		}
+	}
+	return m
+}
+
+// Pods lists the pods that answered successfully, sorted.
+func (r Results) Pods() []string {
+	var pods []string
+	for p := range r.ByPod() {
+		pods = append(pods, p)
+	}
+	sort.Strings(pods)
+	return pods
+}
+
+// OK counts the successful requests.
+func (r Results) OK() int {
+	n := 0
+	for _, x := range r {
+		if x.OK {
+			n++
+		}
+	}
+	return n
+}
+
+// Failed returns the failed requests.
+func (r Results) Failed() Results {
+	var out Results
+	for _, x := range r {
+		if !x.OK {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// Since returns the requests that started at or after t.
+func (r Results) Since(t time.Time) Results {
+	var out Results
+	for _, x := range r {
+		if !x.Start.Before(t) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// Before returns the requests that started before t.
+func (r Results) Before(t time.Time) Results {
+	var out Results
+	for _, x := range r {
+		if x.Start.Before(t) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// String summarises the results for failure messages.
+func (r Results) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d requests, %d ok, by pod %v", len(r), r.OK(), r.ByPod())
+	if f := r.Failed(); len(f) > 0 {
+		fmt.Fprintf(&b, ", first failure: %s", f[0].Err)
+	}
+	return b.String()
+}
+
+// Traffic is a running request loop.
+type Traffic struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	res    Results
+}
+
+// Traffic starts a request loop from the cluster namespace (like a client on a node) to a
+// Service's ClusterIP (or Address) in the background. Wait for its results, or Stop it early.
+// It stops when the test ends at the latest.
+func (c *Cluster) Traffic(t testing.TB, opts TrafficOptions) *Traffic {
+	t.Helper()
+	target, err := c.trafficTarget(t.Context(), opts)
+	if err != nil {
+		t.Fatalf("traffic: %v", err)
+	}
+	if opts.Count <= 0 && opts.Duration <= 0 {
+		t.Fatal("traffic: set Count or Duration: the loop must end by itself")
+	}
+	if opts.Protocol == "" {
+		opts.Protocol = HTTP
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = 10 * time.Millisecond
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 2 * time.Second
+	}
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if opts.Duration > 0 {
+		ctx, cancel = context.WithTimeout(context.Background(), opts.Duration)
+	} else {
+		ctx, cancel = context.WithCancel(context.Background())
+	}
+	tr := &Traffic{cancel: cancel, done: make(chan struct{})}
+	go tr.run(ctx, target, opts)
+	t.Cleanup(func() { tr.Stop() })
+	return tr
+}
+
+// Requests runs a loop to its end and returns its results.
+func (c *Cluster) Requests(t testing.TB, opts TrafficOptions) Results {
+	t.Helper()
+	return c.Traffic(t, opts).Wait()
+}
+
+// Wait waits until the loop ends by itself and returns its results.
+func (tr *Traffic) Wait() Results {
+	<-tr.done
+	return tr.Results()
+}
+
+// Stop ends the loop now and returns its results.
+func (tr *Traffic) Stop() Results {
+	tr.cancel()
+	return tr.Wait()
+}
+
+// Results returns the requests finished so far.
+func (tr *Traffic) Results() Results {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return append(Results(nil), tr.res...)
+}
+
+func (c *Cluster) trafficTarget(ctx context.Context, opts TrafficOptions) (string, error) {
+	port := strconv.Itoa(int(opts.Port))
+	if opts.Address != "" {
+		return net.JoinHostPort(opts.Address, port), nil
+	}
+	key, err := splitKey(opts.Service)
+	if err != nil {
+		return "", err
+	}
+	svc := &corev1.Service{}
+	if err := c.Env.Client.Get(ctx, key, svc); err != nil {
+		return "", fmt.Errorf("reading Service %s: %w", opts.Service, err)
+	}
+	if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		return "", fmt.Errorf("service %s has no ClusterIP", opts.Service)
+	}
+	return net.JoinHostPort(svc.Spec.ClusterIP, port), nil
+}
+
+func (tr *Traffic) run(ctx context.Context, target string, opts TrafficOptions) {
+	defer close(tr.done)
+	defer tr.cancel()
+	hc := &http.Client{
+		Timeout: opts.Timeout,
+		Transport: &http.Transport{
+			Proxy:             nil,
+			DisableKeepAlives: true,
+			DialContext:       (&net.Dialer{Timeout: opts.Timeout}).DialContext,
+		},
+	}
+	defer hc.CloseIdleConnections()
+	for i := 0; opts.Count <= 0 || i < opts.Count; i++ {
+		if ctx.Err() != nil {
+			return
+		}
+		start := time.Now()
+		res := Result{Start: start}
+		switch opts.Protocol {
+		case HTTP:
+			res.Pod, res.Status, res.OK, res.Err = requestHTTP(ctx, hc, target)
+		case TCP:
+			res.Pod, res.OK, res.Err = requestTCP(ctx, target, opts.Timeout)
+		case SMTP:
+			res.Pod, res.OK, res.Err = requestSMTP(ctx, target, opts.Timeout)
+		default:
+			res.Err = fmt.Sprintf("unknown protocol %q", opts.Protocol)
+		}
+		res.Duration = time.Since(start)
+		// A request cut short by the loop's own end is not a result.
+		if !res.OK && ctx.Err() != nil {
+			return
+		}
+		tr.mu.Lock()
+		tr.res = append(tr.res, res)
+		tr.mu.Unlock()
+		if wait := opts.Interval - time.Since(start); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
+	}
+}
+
+func requestHTTP(ctx context.Context, hc *http.Client, target string) (pod string, status int, ok bool, errMsg string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+target+"/", nil)
+	if err != nil {
+		return "", 0, false, err.Error()
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", 0, false, err.Error()
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		return "", resp.StatusCode, false, "reading the reply: " + err.Error()
+	}
+	pod = strings.TrimSpace(string(body))
+	if resp.StatusCode != http.StatusOK {
+		return pod, resp.StatusCode, false, "status " + resp.Status
+	}
+	if pod == "" {
+		return "", resp.StatusCode, false, "empty reply"
+	}
+	return pod, resp.StatusCode, true, ""
+}
+
+func dial(ctx context.Context, target string, timeout time.Duration) (net.Conn, error) {
+	c, err := (&net.Dialer{Timeout: timeout}).DialContext(ctx, "tcp", target)
+	if err != nil {
+		return nil, err
+	}
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	return c, nil
+}
+
+func requestTCP(ctx context.Context, target string, timeout time.Duration) (pod string, ok bool, errMsg string) {
+	c, err := dial(ctx, target, timeout)
+	if err != nil {
+		return "", false, err.Error()
+	}
+	defer c.Close()
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return "", false, "reading the greeting: " + err.Error()
+	}
+	pod = strings.TrimSpace(line)
+	if pod == "" {
+		return "", false, "empty greeting"
+	}
+	return pod, true, ""
+}
+
+func requestSMTP(ctx context.Context, target string, timeout time.Duration) (pod string, ok bool, errMsg string) {
+	c, err := dial(ctx, target, timeout)
+	if err != nil {
+		return "", false, err.Error()
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", false, "reading the greeting: " + err.Error()
+	}
+	fields := strings.Fields(line)
+	if len(fields) < 2 || fields[0] != "220" {
+		return "", false, fmt.Sprintf("unexpected greeting %q", line)
+	}
+	pod = fields[1]
+	if _, err := io.WriteString(c, "QUIT\r\n"); err != nil {
+		return pod, false, "sending QUIT: " + err.Error()
+	}
+	line, err = r.ReadString('\n')
+	if err != nil {
+		return pod, false, "reading the reply to QUIT: " + err.Error()
+	}
+	if !strings.HasPrefix(line, "221") {
+		return pod, false, fmt.Sprintf("unexpected reply to QUIT %q", line)
+	}
+	return pod, true, ""
+}
