@@ -1,6 +1,7 @@
 package childservice
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -172,27 +173,20 @@ func extraPorts(swh *v1alpha1.ServiceWithHealthchecks, live *corev1.Service, own
 	}
 	want := map[key]bool{}
 	for _, p := range swh.Spec.Ports {
-		want[key{p.Port, cmpOr(p.Protocol, corev1.ProtocolTCP)}] = true
+		want[key{p.Port, cmp.Or(p.Protocol, corev1.ProtocolTCP)}] = true
 	}
 	if owned != nil && owned.Spec != nil {
 		for _, p := range owned.Spec.Ports {
-			want[key{deref(p.Port), cmpOr(deref(p.Protocol), corev1.ProtocolTCP)}] = true
+			want[key{deref(p.Port), cmp.Or(deref(p.Protocol), corev1.ProtocolTCP)}] = true
 		}
 	}
 	var extra []string
 	for _, p := range live.Spec.Ports {
-		if !want[key{p.Port, cmpOr(p.Protocol, corev1.ProtocolTCP)}] {
-			extra = append(extra, strconv.Itoa(int(p.Port))+"/"+string(cmpOr(p.Protocol, corev1.ProtocolTCP)))
+		if !want[key{p.Port, cmp.Or(p.Protocol, corev1.ProtocolTCP)}] {
+			extra = append(extra, strconv.Itoa(int(p.Port))+"/"+string(cmp.Or(p.Protocol, corev1.ProtocolTCP)))
 		}
 	}
 	return extra
-}
-
-func cmpOr(p, def corev1.Protocol) corev1.Protocol {
-	if p == "" {
-		return def
-	}
-	return p
 }
 
 // PortLabel is the value of the slice port label for a port of the resource: its name, empty
