@@ -234,4 +234,3 @@ func Malformed(s Secret) string {
 	}
 	return strings.Join(reasons, "; ")
 }
-

@@ -26,14 +26,14 @@ func TestReplicasFollowHighAvailability(t *testing.T) {
 		},
 		"the module setting wins over the platform's": {
 			values: map[string]any{
-				"global":                   map[string]any{"highAvailability": false},
+				"global":                  map[string]any{"highAvailability": false},
 				"serviceWithHealthchecks": map[string]any{"highAvailability": true},
 			},
 			want: "2",
 		},
 		"the module can turn high availability off": {
 			values: map[string]any{
-				"global":                   map[string]any{"highAvailability": true},
+				"global":                  map[string]any{"highAvailability": true},
 				"serviceWithHealthchecks": map[string]any{"highAvailability": false},
 			},
 			want: "1",

@@ -254,7 +254,7 @@ func TestControllerCanDoItsJobAndReadsNoSecrets(t *testing.T) {
 			})
 		}},
 		"it cannot read a referenced credential Secret": {do: getSecret(f.ns, f.referenced)},
-		"it cannot list Secrets":                         {do: func(ctx context.Context, c client.Client) error { return c.List(ctx, &corev1.SecretList{}) }},
+		"it cannot list Secrets":                        {do: func(ctx context.Context, c client.Client) error { return c.List(ctx, &corev1.SecretList{}) }},
 		"it cannot publish slices": {do: func(ctx context.Context, c client.Client) error {
 			return c.Create(ctx, &discoveryv1.EndpointSlice{
 				ObjectMeta:  metav1.ObjectMeta{Namespace: f.ns, Name: "not-mine"},
