@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -332,10 +333,10 @@ func Merge(cur, want *discoveryv1.EndpointSlice) (*discoveryv1.EndpointSlice, bo
 	if refsChanged {
 		u.OwnerReferences, changed = refs, true
 	}
-	if !equality.Semantic.DeepEqual(u.Endpoints, want.Endpoints) {
+	if !reflect.DeepEqual(u.Endpoints, want.Endpoints) {
 		u.Endpoints, changed = want.Endpoints, true
 	}
-	if !equality.Semantic.DeepEqual(u.Ports, want.Ports) {
+	if !reflect.DeepEqual(u.Ports, want.Ports) {
 		u.Ports, changed = want.Ports, true
 	}
 	return u, changed
