@@ -1,13 +1,20 @@
 package prober_test
 
 import (
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/prober"
 )
 
@@ -95,6 +102,75 @@ func TestInvalidInputIsAnErrorNotAFailure(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_, err := p.Probe(t.Context(), tcpProbe(1), "ns", tc.ip, tc.port)
 			require.Error(t, err)
+		})
+	}
+}
+
+// timeWaitSockets counts the TIME-WAIT sockets of either side of connections to port.
+func timeWaitSockets(t *testing.T, port int32) int {
+	t.Helper()
+	p := strconv.Itoa(int(port))
+	out, err := exec.Command("ss", "-Htan", "state", "time-wait", "( dport = :"+p+" or sport = :"+p+" )").CombinedOutput()
+	require.NoError(t, err, "ss: %s", out)
+	s := strings.TrimSpace(string(out))
+	if s == "" {
+		return 0
+	}
+	return len(strings.Split(s, "\n"))
+}
+
+func TestProbesLeaveNoTimeWaitSockets(t *testing.T) {
+	if _, err := exec.LookPath("ss"); err != nil {
+		t.Skipf("needs ss (iproute2, make deps): %v", err)
+	}
+	const n = 20
+	tcpTarget := func(t *testing.T) int32 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = l.Close() })
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				_ = c.Close()
+			}
+		}()
+		return port(l)
+	}
+	httpTarget := func(t *testing.T) int32 {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }))
+		t.Cleanup(srv.Close)
+		return serverPort(t, srv)
+	}
+	p := newProber(prober.Options{})
+
+	t.Run("a plain dial and close leaves them, so ss would see ours", func(t *testing.T) {
+		port := tcpTarget(t)
+		for range n {
+			c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(int(port)))
+			require.NoError(t, err)
+			require.NoError(t, c.Close())
+		}
+		require.Eventually(t, func() bool { return timeWaitSockets(t, port) >= n }, 10*time.Second, 10*time.Millisecond)
+	})
+	cases := map[string]struct {
+		target func(t *testing.T) int32
+		probe  v1alpha1.Probe
+	}{
+		"TCP probes":  {target: tcpTarget, probe: tcpProbe(1)},
+		"HTTP probes": {target: httpTarget, probe: httpProbe(v1alpha1.HTTPProbe{})},
+	}
+	for name, tc := range cases {
+		t.Run(name+" leave none", func(t *testing.T) {
+			port := tc.target(t)
+			for range n {
+				res, err := p.Probe(t.Context(), tc.probe, "ns", "127.0.0.1", port)
+				require.NoError(t, err)
+				require.Equal(t, prober.Success, res.Outcome, res.Reason)
+			}
+			require.Zero(t, timeWaitSockets(t, port))
 		})
 	}
 }
