@@ -30,6 +30,7 @@ import (
 const (
 	stageEnv    = "SWH_CLUSTER_STAGE"
 	outerPIDEnv = "SWH_CLUSTER_OUTER_PID"
+	tmpDirEnv   = "SWH_CLUSTER_TMPDIR"
 	stageInit   = "init"
 	stageTest   = "test"
 )
@@ -105,9 +106,19 @@ func runOuter() int {
 		fmt.Fprintf(os.Stderr, "cluster: finding the test binary: %v\n", err)
 		return 1
 	}
+	// The isolated binary's TMPDIR: init mounts a private tmpfs on it, so whatever the tests
+	// leave there (control plane data, t.TempDir, database files) vanishes with the mount
+	// namespace, also when the binary is killed. Only this empty directory is on the disk.
+	tmp, err := os.MkdirTemp("", "swh-isolated-"+strconv.Itoa(os.Getpid())+"-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "cluster: creating the isolated binary's temporary directory: %v\n", err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
 	cmd := exec.Command(exe, os.Args[1:]...)
 	cmd.Args[0] = os.Args[0]
-	cmd.Env = append(os.Environ(), stageEnv+"="+stageInit, outerPIDEnv+"="+strconv.Itoa(os.Getpid()))
+	cmd.Env = append(os.Environ(), stageEnv+"="+stageInit, outerPIDEnv+"="+strconv.Itoa(os.Getpid()),
+		tmpDirEnv+"="+tmp, "TMPDIR="+tmp)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: unix.CLONE_NEWNET | unix.CLONE_NEWNS | unix.CLONE_NEWPID,
@@ -199,7 +210,8 @@ func runInit() int {
 }
 
 // setupMounts gives the namespace its own /proc (of the new PID namespace), /sys (of the new
-// network namespace) and an empty /run/netns, so `ip netns` names never meet another package's.
+// network namespace), an empty /run/netns, so `ip netns` names never meet another package's, and
+// a tmpfs on the binary's TMPDIR.
 func setupMounts() error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making mounts private: %w", err)
@@ -215,6 +227,11 @@ func setupMounts() error {
 	}
 	if err := unix.Mount("tmpfs", netnsDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=1m"); err != nil {
 		return fmt.Errorf("mounting a private %s: %w", netnsDir, err)
+	}
+	if tmp := os.Getenv(tmpDirEnv); tmp != "" {
+		if err := unix.Mount("tmpfs", tmp, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+			return fmt.Errorf("mounting a private tmpfs on %s: %w", tmp, err)
+		}
 	}
 	return nil
 }
