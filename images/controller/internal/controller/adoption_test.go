@@ -92,6 +92,13 @@ func TestAdoptionKeepsTheSelectorUntilEveryPortHasSlices(t *testing.T) {
 		assert.Equal(c, metav1.ConditionTrue, cond.Status)
 		assert.Equal(c, childservice.ReasonSynced, cond.Reason)
 	}, "the adopted Service is in sync")
+	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(svc), svc))
+	for _, f := range svc.ManagedFields {
+		if f.Manager == childservice.FieldManager {
+			assert.Equal(t, metav1.ManagedFieldsOperationApply, f.Operation,
+				"the controller owns fields only through apply, so later applies can remove them")
+		}
+	}
 	assert.Len(t, eventsAbout(t, ns, "web", "Adopted"), 1)
 	assert.Len(t, eventsAbout(t, ns, "web", "SelectorCleared"), 1)
 }

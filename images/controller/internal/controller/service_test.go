@@ -223,3 +223,51 @@ func TestStatusMirrorsTheLoadBalancer(t *testing.T) {
 		}
 	}, "the resource's status mirrors the load balancer")
 }
+
+func TestAHeadlessResourceGetsAHeadlessService(t *testing.T) {
+	ns := env.CreateNamespaceForTest(t, "headless")
+	startController(t, ns, nil)
+	swh := newResource(ns, "db", func(s *v1alpha1.ServiceWithHealthchecks) { s.Spec.ClusterIP = corev1.ClusterIPNone })
+	create(t, swh)
+	eventually(t, service(ns, "db"), func(c *assert.CollectT, svc *corev1.Service) {
+		assert.Equal(c, corev1.ClusterIPNone, svc.Spec.ClusterIP)
+	}, "the Service is headless")
+
+	// A later apply re-applies the cluster IP the controller owns, so nothing complains.
+	update(t, swh, func(swh *v1alpha1.ServiceWithHealthchecks) { swh.Labels = map[string]string{"role": "primary"} })
+	eventually(t, service(ns, "db"), func(c *assert.CollectT, svc *corev1.Service) {
+		assert.Equal(c, "primary", svc.Labels["role"])
+		assert.Equal(c, corev1.ClusterIPNone, svc.Spec.ClusterIP)
+	}, "the headless Service follows the resource")
+	eventually(t, swh, func(c *assert.CollectT, swh *v1alpha1.ServiceWithHealthchecks) {
+		cond := condition(swh, v1alpha1.ConditionServiceSynced)
+		assert.Equal(c, childservice.ReasonSynced, cond.Reason)
+		assert.Equal(c, swh.Generation, swh.Status.ObservedGeneration)
+		assert.Equal(c, corev1.ClusterIPNone, swh.Status.ClusterIP)
+	}, "the status is in sync")
+}
+
+func TestAServiceLeftByADeletedResourceOfTheSameNameIsReplaced(t *testing.T) {
+	ns := env.CreateNamespaceForTest(t, "stale")
+	startController(t, ns, nil)
+	// What a resource deleted while no controller ran (and no garbage collector) leaves behind.
+	stale := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "web", Namespace: ns,
+			OwnerReferences: []metav1.OwnerReference{slicemeta.OwnerReference("web", "uid-of-a-deleted-web")},
+		},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+	}
+	create(t, stale)
+
+	swh := newResource(ns, "web", nil)
+	create(t, swh)
+	svc := eventually(t, service(ns, "web"), func(c *assert.CollectT, svc *corev1.Service) {
+		assert.NotEqual(c, stale.UID, svc.UID, "the stale Service was replaced")
+	}, "the stale Service is replaced")
+	require.Len(t, svc.OwnerReferences, 1)
+	assert.Equal(t, swh.UID, svc.OwnerReferences[0].UID)
+	eventually(t, swh, func(c *assert.CollectT, swh *v1alpha1.ServiceWithHealthchecks) {
+		assert.Equal(c, childservice.ReasonSynced, condition(swh, v1alpha1.ConditionServiceSynced).Reason)
+	}, "the resource is in sync")
+}
