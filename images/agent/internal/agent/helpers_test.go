@@ -1,0 +1,279 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/agent"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/scheduler"
+	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+)
+
+var (
+	sharedOnce sync.Once
+	shared     *cluster.Cluster
+	sharedErr  error
+)
+
+// TestMain isolates the binary (own network, mount and PID namespaces) and shares one cluster
+// (API server, two nodes, one kube-proxy) between the tests; each test uses its own namespace.
+func TestMain(m *testing.M) {
+	cluster.Isolate()
+	code := m.Run()
+	if shared != nil {
+		if err := shared.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping the cluster:", err)
+			code = 1
+		}
+	}
+	if cluster.Isolated() {
+		if left := cluster.Leftovers(); len(left) > 0 {
+			fmt.Fprintf(os.Stderr, "left over after the tests:\n  %s\n", strings.Join(left, "\n  "))
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// testCluster returns the shared cluster; it skips the test without root.
+func testCluster(t *testing.T) *cluster.Cluster {
+	t.Helper()
+	sharedOnce.Do(func() {
+		shared, sharedErr = cluster.New(cluster.Options{
+			KubeProxy: true,
+			Nodes:     []cluster.Node{{Name: "node-a", Zone: "zone-a"}, {Name: "node-b", Zone: "zone-b"}},
+		})
+	})
+	if errors.Is(sharedErr, cluster.ErrNotRoot) {
+		t.Skipf("cluster: %v", sharedErr)
+	}
+	require.NoError(t, sharedErr)
+	return shared
+}
+
+// runningAgent is an agent started in this process for one node.
+type runningAgent struct {
+	*agent.Agent
+	node   string
+	cancel context.CancelFunc
+	done   chan error
+}
+
+type agentOpt func(*agent.Options)
+
+func withRunner(r scheduler.Runner) agentOpt { return func(o *agent.Options) { o.Runner = r } }
+func withWindow(d time.Duration) agentOpt    { return func(o *agent.Options) { o.CoalesceWindow = d } }
+
+// startAgent starts an agent for node with the real prober (unless a runner is given); it
+// stops at the end of the test at the latest.
+func startAgent(t *testing.T, c *cluster.Cluster, node string, opts ...agentOpt) *runningAgent {
+	t.Helper()
+	o := agent.Options{
+		NodeName:               node,
+		Config:                 c.Env.Config,
+		MetricsBindAddress:     "0",
+		HealthProbeBindAddress: "0",
+		Registry:               prometheus.NewRegistry(),
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	a, err := agent.New(o)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	ra := &runningAgent{Agent: a, node: node, cancel: cancel, done: make(chan error, 1)}
+	go func() { ra.done <- a.Run(ctx) }()
+	t.Cleanup(ra.stop)
+	return ra
+}
+
+func (a *runningAgent) stop() {
+	if a.cancel == nil {
+		return
+	}
+	a.cancel()
+	<-a.done
+	a.cancel = nil
+}
+
+// probeRuns is how many probes the agent has run.
+func (a *runningAgent) probeRuns() float64 {
+	n := 0.0
+	for _, mode := range []v1alpha1.ProbeMode{v1alpha1.ProbeModeHTTP, v1alpha1.ProbeModeTCP, v1alpha1.ProbeModePostgreSQL} {
+		for _, o := range []string{metrics.OutcomeSuccess, metrics.OutcomeFailure, metrics.OutcomeError} {
+			n += testutil.ToFloat64(a.Metrics.ProbeResults.WithLabelValues(string(mode), o))
+		}
+	}
+	return n
+}
+
+func namedPort(name string, port int32, target intstr.IntOrString) v1alpha1.ServicePort {
+	return v1alpha1.ServicePort{Name: name, Port: port, Protocol: corev1.ProtocolTCP, TargetPort: target}
+}
+
+func httpProbe(port intstr.IntOrString, success, failure int32) v1alpha1.Probe {
+	return v1alpha1.Probe{Mode: v1alpha1.ProbeModeHTTP, TimeoutSeconds: 1, SuccessThreshold: success, FailureThreshold: failure,
+		HTTP: &v1alpha1.HTTPProbe{TargetPort: port, Path: "/", Method: "GET", Scheme: corev1.URISchemeHTTP}}
+}
+
+func tcpProbe(port intstr.IntOrString, success, failure int32) v1alpha1.Probe {
+	return v1alpha1.Probe{Mode: v1alpha1.ProbeModeTCP, TimeoutSeconds: 1, SuccessThreshold: success, FailureThreshold: failure,
+		TCP: &v1alpha1.TCPProbe{TargetPort: port}}
+}
+
+// createResource creates a ServiceWithHealthchecks (probes every second, from pod start) and,
+// standing in for the controller, its child Service with an empty selector.
+func createResource(t *testing.T, c *cluster.Cluster, ns, name string, selector map[string]string, ports []v1alpha1.ServicePort, probes ...v1alpha1.Probe) *v1alpha1.ServiceWithHealthchecks {
+	t.Helper()
+	swh := &v1alpha1.ServiceWithHealthchecks{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.ServiceWithHealthchecksSpec{
+			Ports:       ports,
+			Selector:    selector,
+			Type:        corev1.ServiceTypeClusterIP,
+			Healthcheck: &v1alpha1.Healthcheck{InitialDelaySeconds: 0, PeriodSeconds: 1, Probes: probes},
+		},
+	}
+	require.NoError(t, c.Env.Client.Create(t.Context(), swh))
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+		OwnerReferences: []metav1.OwnerReference{slicemeta.OwnerReference(name, swh.UID)}}}
+	for _, p := range ports {
+		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: p.Name, Port: p.Port, Protocol: p.Protocol, TargetPort: p.TargetPort})
+	}
+	require.NoError(t, c.Env.Client.Create(t.Context(), svc))
+	return swh
+}
+
+// sliceView is what the tests assert of a slice.
+type sliceView struct {
+	Port      int32
+	PortName  string
+	Endpoints map[string]string // pod IP -> "RST" conditions as T/F, e.g. "TTF"
+	Pods      map[string]string // pod IP -> pod name
+	Nodes     map[string]string // pod IP -> nodeName
+	Zones     map[string]string // pod IP -> zone
+	RV        string
+}
+
+func tf(b *bool) string {
+	switch {
+	case b == nil:
+		return "?"
+	case *b:
+		return "T"
+	}
+	return "F"
+}
+
+// slicesOf reads the slices of a resource, by name.
+func slicesOf(ctx context.Context, c *cluster.Cluster, ns, resource string) (map[string]sliceView, error) {
+	var list discoveryv1.EndpointSliceList
+	if err := c.Env.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{slicemeta.LabelResource: resource}); err != nil {
+		return nil, err
+	}
+	out := map[string]sliceView{}
+	for _, s := range list.Items {
+		v := sliceView{Endpoints: map[string]string{}, Pods: map[string]string{}, Nodes: map[string]string{}, Zones: map[string]string{}, RV: s.ResourceVersion}
+		if len(s.Ports) == 1 {
+			v.Port = *s.Ports[0].Port
+			v.PortName = *s.Ports[0].Name
+		}
+		for _, e := range s.Endpoints {
+			ip := e.Addresses[0]
+			v.Endpoints[ip] = tf(e.Conditions.Ready) + tf(e.Conditions.Serving) + tf(e.Conditions.Terminating)
+			if e.TargetRef != nil {
+				v.Pods[ip] = e.TargetRef.Name
+			}
+			if e.NodeName != nil {
+				v.Nodes[ip] = *e.NodeName
+			}
+			if e.Zone != nil {
+				v.Zones[ip] = *e.Zone
+			}
+		}
+		out[s.Name] = v
+	}
+	return out, nil
+}
+
+// eventuallySlices waits until the endpoints ("ip" -> "RST") of each named slice are as given
+// and no other slice of the resource exists, then returns the slices.
+func eventuallySlices(t *testing.T, c *cluster.Cluster, ns, resource string, want map[string]map[string]string) map[string]sliceView {
+	t.Helper()
+	var got map[string]sliceView
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var err error
+		got, err = slicesOf(t.Context(), c, ns, resource)
+		require.NoError(ct, err)
+		view := map[string]map[string]string{}
+		for name, s := range got {
+			view[name] = s.Endpoints
+		}
+		assert.Equal(ct, want, view)
+	}, 60*time.Second, 50*time.Millisecond)
+	return got
+}
+
+func ip(p *cluster.Pod) string { return p.IP.String() }
+
+// sliceWatch records every change of the EndpointSlices of a namespace.
+type sliceWatch struct {
+	mu     sync.Mutex
+	events []string
+	stop   func()
+}
+
+func watchSlices(t *testing.T, c *cluster.Cluster, ns string) *sliceWatch {
+	t.Helper()
+	wc, err := client.NewWithWatch(c.Env.Config, client.Options{Scheme: c.Env.Scheme})
+	require.NoError(t, err)
+	var list discoveryv1.EndpointSliceList
+	require.NoError(t, c.Env.Client.List(t.Context(), &list, client.InNamespace(ns)))
+	w, err := wc.Watch(t.Context(), &discoveryv1.EndpointSliceList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
+	require.NoError(t, err)
+	sw := &sliceWatch{stop: w.Stop}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			s, ok := ev.Object.(*discoveryv1.EndpointSlice)
+			if !ok || ev.Type == watch.Bookmark {
+				continue
+			}
+			sw.mu.Lock()
+			sw.events = append(sw.events, string(ev.Type)+" "+s.Name)
+			sw.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { w.Stop(); <-done })
+	return sw
+}
+
+func (w *sliceWatch) Events() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := append([]string(nil), w.events...)
+	sort.Strings(out)
+	return out
+}
