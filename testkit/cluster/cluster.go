@@ -127,14 +127,33 @@ func Start(t testing.TB, opts Options) *Cluster {
 	return c
 }
 
+// SkipUnlessIsolated skips the test without root and fails it when the binary is root but not
+// isolated (TestMain does not call RunIsolated or Isolate); Start does the same.
+func SkipUnlessIsolated(t testing.TB) {
+	t.Helper()
+	switch err := checkIsolated(); {
+	case errors.Is(err, ErrNotRoot):
+		t.Skipf("cluster: %v", err)
+	case err != nil:
+		t.Fatalf("cluster: %v", err)
+	}
+}
+
+func checkIsolated() error {
+	if Isolated() {
+		return nil
+	}
+	if notIsolatedReason != "" || os.Geteuid() != 0 {
+		return ErrNotRoot
+	}
+	return ErrNotIsolated
+}
+
 // New builds a cluster; call Stop when done. It is for a TestMain that shares one cluster
 // between tests; tests use Start.
 func New(opts Options) (c *Cluster, err error) {
-	if !Isolated() {
-		if notIsolatedReason != "" || os.Geteuid() != 0 {
-			return nil, ErrNotRoot
-		}
-		return nil, ErrNotIsolated
+	if err := checkIsolated(); err != nil {
+		return nil, err
 	}
 	if len(opts.Nodes) == 0 {
 		opts.Nodes = []Node{{Name: "node-a", Zone: "zone-a"}}

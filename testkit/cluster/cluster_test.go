@@ -324,6 +324,7 @@ func TestAProcessRunsInsideThePod(t *testing.T) {
 
 // TestNothingIsLeftBehind checks that a cluster removes what it made when it stops.
 func TestNothingIsLeftBehind(t *testing.T) {
+	cluster.SkipUnlessIsolated(t)
 	require.Empty(t, cluster.Leftovers(), "clean before the test")
 	var netns, link string
 	var kubeProxyPID, processPID int

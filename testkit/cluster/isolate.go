@@ -114,7 +114,7 @@ func runOuter() int {
 		fmt.Fprintf(os.Stderr, "cluster: creating the isolated binary's temporary directory: %v\n", err)
 		return 1
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }()
 	cmd := exec.Command(exe, os.Args[1:]...)
 	cmd.Args[0] = os.Args[0]
 	cmd.Env = append(os.Environ(), stageEnv+"="+stageInit, outerPIDEnv+"="+strconv.Itoa(os.Getpid()),
@@ -271,8 +271,12 @@ func writeSysctl(name, value string) error {
 // Leftovers lists what the harness made that still exists: network namespaces, links other
 // than lo and the gateway pair, processes other than this one and PID 1, nftables tables and
 // temporary directories. It is empty after every cluster has stopped. RunIsolated calls it
-// after the tests; a custom TestMain calls it after stopping its clusters.
+// after the tests; a custom TestMain calls it after stopping its clusters. Outside an isolated
+// binary it returns nil: there is nothing of ours to tell apart from the machine's own.
 func Leftovers() []string {
+	if !Isolated() {
+		return nil
+	}
 	var left []string
 	if entries, err := os.ReadDir(netnsDir); err == nil {
 		for _, e := range entries {

@@ -188,7 +188,7 @@ func inNetns(path string, fn func() error) error {
 	if err != nil {
 		return fmt.Errorf("opening network namespace %s: %w", path, err)
 	}
-	defer target.Close()
+	defer func() { _ = target.Close() }()
 	errc := make(chan error, 1)
 	go func() {
 		// A thread whose namespace cannot be restored stays locked and dies with this goroutine.
@@ -198,7 +198,7 @@ func inNetns(path string, fn func() error) error {
 			errc <- fmt.Errorf("opening the current network namespace: %w", err)
 			return
 		}
-		defer orig.Close()
+		defer func() { _ = orig.Close() }()
 		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
 			errc <- fmt.Errorf("joining network namespace %s: %w", path, err)
 			return

@@ -357,7 +357,10 @@ func (p *Pod) deleteObject(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("pod %s still exists 30 s after its deletion (last error: %v)", p.Key(), err)
+			if err != nil {
+				return fmt.Errorf("pod %s: reading it 30 s after its deletion: %w", p.Key(), err)
+			}
+			return fmt.Errorf("pod %s still exists 30 s after its deletion", p.Key())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -274,7 +274,7 @@ func requestHTTP(ctx context.Context, hc *http.Client, target string) (pod strin
 	if err != nil {
 		return "", 0, false, err.Error()
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if err != nil {
 		return "", resp.StatusCode, false, "reading the reply: " + err.Error()
@@ -303,7 +303,7 @@ func requestTCP(ctx context.Context, target string, timeout time.Duration) (pod 
 	if err != nil {
 		return "", false, err.Error()
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil {
 		return "", false, "reading the greeting: " + err.Error()
@@ -320,7 +320,7 @@ func requestSMTP(ctx context.Context, target string, timeout time.Duration) (pod
 	if err != nil {
 		return "", false, err.Error()
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	r := bufio.NewReader(c)
 	line, err := r.ReadString('\n')
 	if err != nil {
