@@ -9,6 +9,8 @@ command -v nft >/dev/null 2>&1 || missing+=(nftables)
 [[ -x /usr/lib/postgresql/15/bin/postgres && -x /usr/lib/postgresql/15/bin/initdb ]] || missing+=(postgresql-15)
 command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
+# testkit/cluster runs processes inside pod network namespaces with nsenter.
+command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
 
 if [[ ${#missing[@]} -eq 0 ]]; then
 	exit 0
