@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -447,4 +448,32 @@ func TestTargetsFollowPodsAndResources(t *testing.T) {
 	require.Eventually(t, func() bool { return a.Scheduler.Len() == 0 }, time.Minute, 50*time.Millisecond)
 	assert.Equal(t, 0.0, testutil.ToFloat64(a.Metrics.Targets))
 	assert.Equal(t, 0.0, testutil.ToFloat64(a.Metrics.Endpoints.WithLabelValues(metrics.StateReady)))
+}
+
+// An agent that probed real servers leaves no goroutine (workers, probes, connections, watches)
+// once its pods and resource are gone and it has stopped.
+func TestAStoppedAgentLeavesNoGoroutine(t *testing.T) {
+	c := testCluster(t)
+	ns := c.Env.CreateNamespaceForTest(t, "leak")
+	labels := map[string]string{"app": "web"}
+	before := goleak.IgnoreCurrent()
+	p := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-0", Node: "node-a", Labels: labels, ContainerPorts: vmPorts})
+	p.ServeHTTP(t, 8080)
+	p.ServeSMTP(t, 2525)
+	swh := createResource(t, c, ns, "web", labels, []v1alpha1.ServicePort{namedPort("http", 80, intstr.FromInt32(8080)), namedPort("smtp", 25, intstr.FromInt32(2525))},
+		httpProbe(intstr.FromInt32(8080), 1, 3), tcpProbe(intstr.FromInt32(2525), 1, 3))
+	a := startAgent(t, c, "node-a")
+	eventuallySlices(t, c, ns, "web", map[string]map[string]string{"web-http-node-a": {ip(p): "TTF"}, "web-smtp-node-a": {ip(p): "TTF"}})
+	start := a.probeRuns()
+	require.Eventually(t, func() bool { return a.probeRuns() >= start+4 }, time.Minute, 50*time.Millisecond)
+
+	require.NoError(t, c.Env.Client.Delete(t.Context(), swh))
+	require.Eventually(t, func() bool { return a.Scheduler.Len() == 0 }, time.Minute, 50*time.Millisecond)
+	p.Delete(t)
+	a.stop()
+	goleak.VerifyNone(t, before,
+		// Idle keep-alive connections of client-go's shared HTTP transport to the API server.
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+	)
 }
