@@ -174,6 +174,9 @@ func (r *Reconciler) syncService(ctx context.Context, swh *v1alpha1.ServiceWithH
 		applied, err := r.applyService(ctx, live, plan.Apply)
 		if err != nil {
 			out.synced = r.writeCondition(err)
+			if plan.Ownership == childservice.Owned {
+				out.service = live // still ours, as it was
+			}
 			if apierrors.IsInvalid(err) {
 				// Retrying cannot help until the resource changes, which triggers a reconcile.
 				return out, nil

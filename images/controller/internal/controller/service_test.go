@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
@@ -270,4 +271,35 @@ func TestAServiceLeftByADeletedResourceOfTheSameNameIsReplaced(t *testing.T) {
 	eventually(t, swh, func(c *assert.CollectT, swh *v1alpha1.ServiceWithHealthchecks) {
 		assert.Equal(c, childservice.ReasonSynced, condition(swh, v1alpha1.ConditionServiceSynced).Reason)
 	}, "the resource is in sync")
+}
+
+func TestAServiceTheAPIServerRejectsIsReported(t *testing.T) {
+	ns := env.CreateNamespaceForTest(t, "invalid")
+	startController(t, ns, nil)
+	swh := newResource(ns, "web", func(s *v1alpha1.ServiceWithHealthchecks) {
+		s.Spec.Type = corev1.ServiceTypeLoadBalancer
+		s.Spec.LoadBalancerClass = ptr.To("example.org/one")
+	})
+	create(t, swh)
+	svc := eventually(t, service(ns, "web"), func(c *assert.CollectT, svc *corev1.Service) {
+		assert.Equal(c, ptr.To("example.org/one"), svc.Spec.LoadBalancerClass)
+	}, "the LoadBalancer Service is created")
+
+	// loadBalancerClass cannot change once set: the CRD cannot know, the Service's validation does.
+	update(t, swh, func(swh *v1alpha1.ServiceWithHealthchecks) { swh.Spec.LoadBalancerClass = ptr.To("example.org/two") })
+	eventually(t, swh, func(c *assert.CollectT, swh *v1alpha1.ServiceWithHealthchecks) {
+		cond := condition(swh, v1alpha1.ConditionServiceSynced)
+		assert.Equal(c, metav1.ConditionFalse, cond.Status)
+		assert.Equal(c, childservice.ReasonInvalid, cond.Reason)
+		assert.Contains(c, cond.Message, "loadBalancerClass")
+		assert.Equal(c, svc.Spec.ClusterIP, swh.Status.ClusterIP, "the Service is still reported")
+	}, "the status reports the rejection with the API server's message")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.NotEmpty(c, eventsAbout(t, ns, "web", childservice.ReasonInvalid))
+	}, wait, tick, "a Warning Event reports the rejection")
+
+	update(t, swh, func(swh *v1alpha1.ServiceWithHealthchecks) { swh.Spec.LoadBalancerClass = ptr.To("example.org/one") })
+	eventually(t, swh, func(c *assert.CollectT, swh *v1alpha1.ServiceWithHealthchecks) {
+		assert.Equal(c, childservice.ReasonSynced, condition(swh, v1alpha1.ConditionServiceSynced).Reason)
+	}, "reverting the change brings the resource back in sync")
 }
