@@ -242,84 +242,86 @@ func TestServiceTrafficFollowsEndpointSlices(t *testing.T) {
 	})
 }
 
-// TestPodObjectsLookLikeAKubeletWroteThem checks the Pod and Node objects the harness writes.
-func TestPodObjectsLookLikeAKubeletWroteThem(t *testing.T) {
+// TestPodsAreNetworkNamespacesWithObjects checks the Pod and Node objects the harness writes and
+// the pods' network namespaces.
+func TestPodsAreNetworkNamespacesWithObjects(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{Nodes: twoZones})
-	ns := c.Env.CreateNamespaceForTest(t, "objects")
-	p := c.AddPod(t, cluster.PodSpec{
-		Namespace: ns, Name: "db-0", Node: "node-b", Labels: map[string]string{"app": "db"},
-		ContainerPorts: []corev1.ContainerPort{{Name: "pg", ContainerPort: 5432}},
+
+	t.Run("pod and node objects look like a kubelet wrote them", func(t *testing.T) {
+		ns := c.Env.CreateNamespaceForTest(t, "objects")
+		p := c.AddPod(t, cluster.PodSpec{
+			Namespace: ns, Name: "db-0", Node: "node-b", Labels: map[string]string{"app": "db"},
+			ContainerPorts: []corev1.ContainerPort{{Name: "pg", ContainerPort: 5432}},
+		})
+
+		pod, err := p.Object(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, "node-b", pod.Spec.NodeName)
+		assert.Equal(t, "db", pod.Labels["app"])
+		assert.Equal(t, int32(5432), pod.Spec.Containers[0].Ports[0].ContainerPort)
+		assert.Equal(t, corev1.PodRunning, pod.Status.Phase)
+		assert.Equal(t, p.IP.String(), pod.Status.PodIP)
+		assert.Equal(t, []corev1.PodIP{{IP: p.IP.String()}}, pod.Status.PodIPs)
+		assert.Equal(t, c.Node("node-b").IP.String(), pod.Status.HostIP)
+		assert.NotNil(t, pod.Status.StartTime)
+		assert.Equal(t, corev1.ConditionTrue, condition(pod, corev1.PodReady))
+		assert.True(t, pod.Status.ContainerStatuses[0].Ready)
+		assert.True(t, netip.MustParsePrefix(cluster.PodCIDR).Contains(p.IP), "pod address %s outside %s", p.IP, cluster.PodCIDR)
+
+		node := &corev1.Node{}
+		require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKey{Name: "node-b"}, node))
+		assert.Equal(t, "zone-b", node.Labels[corev1.LabelTopologyZone])
+		assert.Equal(t, []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: c.Node("node-b").IP.String()},
+			{Type: corev1.NodeHostName, Address: "node-b"},
+		}, node.Status.Addresses)
+
+		p.SetReady(t, false)
+		pod, err = p.Object(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, corev1.ConditionFalse, condition(pod, corev1.PodReady))
+		assert.Equal(t, corev1.ConditionFalse, condition(pod, corev1.ContainersReady))
+		assert.False(t, pod.Status.ContainerStatuses[0].Ready)
+
+		p.MarkTerminating(t)
+		pod, err = p.Object(t.Context())
+		require.NoError(t, err)
+		assert.NotNil(t, pod.DeletionTimestamp)
+		_, err = os.Stat(p.NetnsPath())
+		assert.NoError(t, err, "a terminating pod keeps its network")
+
+		p.Delete(t)
+		_, err = p.Object(t.Context())
+		assert.True(t, apierrors.IsNotFound(err), "the Pod object must be gone: %v", err)
+		_, err = os.Stat(p.NetnsPath())
+		assert.True(t, os.IsNotExist(err), "the network namespace must be gone: %v", err)
 	})
 
-	pod, err := p.Object(t.Context())
-	require.NoError(t, err)
-	assert.Equal(t, "node-b", pod.Spec.NodeName)
-	assert.Equal(t, "db", pod.Labels["app"])
-	assert.Equal(t, int32(5432), pod.Spec.Containers[0].Ports[0].ContainerPort)
-	assert.Equal(t, corev1.PodRunning, pod.Status.Phase)
-	assert.Equal(t, p.IP.String(), pod.Status.PodIP)
-	assert.Equal(t, []corev1.PodIP{{IP: p.IP.String()}}, pod.Status.PodIPs)
-	assert.Equal(t, c.Node("node-b").IP.String(), pod.Status.HostIP)
-	assert.NotNil(t, pod.Status.StartTime)
-	assert.Equal(t, corev1.ConditionTrue, condition(pod, corev1.PodReady))
-	assert.True(t, pod.Status.ContainerStatuses[0].Ready)
-	assert.True(t, netip.MustParsePrefix(cluster.PodCIDR).Contains(p.IP), "pod address %s outside %s", p.IP, cluster.PodCIDR)
+	t.Run("a process runs inside the pod's network namespace", func(t *testing.T) {
+		ns := c.Env.CreateNamespaceForTest(t, "process")
+		p := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "shell", Node: "node-a"})
+		out := &strings.Builder{}
+		cmd := p.Command("ip", "-o", "-4", "addr", "show", "dev", "eth0")
+		cmd.Stdout = out
+		require.NoError(t, cmd.Run())
+		assert.Contains(t, out.String(), p.IP.String()+"/32")
 
-	node := &corev1.Node{}
-	require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKey{Name: "node-b"}, node))
-	assert.Equal(t, "zone-b", node.Labels[corev1.LabelTopologyZone])
-	assert.Equal(t, []corev1.NodeAddress{
-		{Type: corev1.NodeInternalIP, Address: c.Node("node-b").IP.String()},
-		{Type: corev1.NodeHostName, Address: "node-b"},
-	}, node.Status.Addresses)
-
-	p.SetReady(t, false)
-	pod, err = p.Object(t.Context())
-	require.NoError(t, err)
-	assert.Equal(t, corev1.ConditionFalse, condition(pod, corev1.PodReady))
-	assert.Equal(t, corev1.ConditionFalse, condition(pod, corev1.ContainersReady))
-	assert.False(t, pod.Status.ContainerStatuses[0].Ready)
-
-	p.MarkTerminating(t)
-	pod, err = p.Object(t.Context())
-	require.NoError(t, err)
-	assert.NotNil(t, pod.DeletionTimestamp)
-	_, err = os.Stat(p.NetnsPath())
-	assert.NoError(t, err, "a terminating pod keeps its network")
-
-	p.Delete(t)
-	_, err = p.Object(t.Context())
-	assert.True(t, apierrors.IsNotFound(err), "the Pod object must be gone: %v", err)
-	_, err = os.Stat(p.NetnsPath())
-	assert.True(t, os.IsNotExist(err), "the network namespace must be gone: %v", err)
-}
-
-// TestAProcessRunsInsideThePod starts a real program in the pod's namespace.
-func TestAProcessRunsInsideThePod(t *testing.T) {
-	c := cluster.Start(t, cluster.Options{})
-	ns := c.Env.CreateNamespaceForTest(t, "process")
-	p := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "shell"})
-	out := &strings.Builder{}
-	cmd := p.Command("ip", "-o", "-4", "addr", "show", "dev", "eth0")
-	cmd.Stdout = out
-	require.NoError(t, cmd.Run())
-	assert.Contains(t, out.String(), p.IP.String()+"/32")
-
-	// A long-running process lives in the pod's network namespace and stops on request.
-	sleeper := p.Run(t, "sleep", "600")
-	podNS := &syscall.Stat_t{}
-	require.NoError(t, syscall.Stat(p.NetnsPath(), podNS))
-	// nsenter joins the namespace, then becomes sleep (same PID).
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		exe, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(sleeper.Process.Pid), "exe"))
-		require.NoError(c, err)
-		assert.Equal(c, "sleep", filepath.Base(exe))
-		nsLink, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(sleeper.Process.Pid), "ns", "net"))
-		require.NoError(c, err)
-		assert.Equal(c, fmt.Sprintf("net:[%d]", podNS.Ino), nsLink)
-	}, 10*time.Second, 10*time.Millisecond)
-	p.StopProcess(sleeper)
-	assert.Error(t, syscall.Kill(sleeper.Process.Pid, 0), "the process must be gone")
+		// A long-running process lives in the pod's network namespace and stops on request.
+		sleeper := p.Run(t, "sleep", "600")
+		podNS := &syscall.Stat_t{}
+		require.NoError(t, syscall.Stat(p.NetnsPath(), podNS))
+		// nsenter joins the namespace, then becomes sleep (same PID).
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			exe, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(sleeper.Process.Pid), "exe"))
+			require.NoError(c, err)
+			assert.Equal(c, "sleep", filepath.Base(exe))
+			nsLink, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(sleeper.Process.Pid), "ns", "net"))
+			require.NoError(c, err)
+			assert.Equal(c, fmt.Sprintf("net:[%d]", podNS.Ino), nsLink)
+		}, 10*time.Second, 10*time.Millisecond)
+		p.StopProcess(sleeper)
+		assert.Error(t, syscall.Kill(sleeper.Process.Pid, 0), "the process must be gone")
+	})
 }
 
 // TestNothingIsLeftBehind checks that a cluster removes what it made when it stops.

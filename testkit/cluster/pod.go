@@ -324,15 +324,15 @@ func (p *Pod) remove(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if p.Netns != "" {
-		if err := ip("netns", "del", p.Netns); err != nil && !strings.Contains(err.Error(), "No such file") {
+	// The host end first: deleting it removes the pair at once, while a deleted namespace
+	// takes its links down later, in the background.
+	if p.HostLink != "" {
+		if err := ip("link", "del", p.HostLink); err != nil && !isNoDevice(err) {
 			errs = append(errs, err)
 		}
 	}
-	if p.HostLink != "" {
-		// Deleting the host end removes the pair now, even if something still holds the
-		// namespace; usually the namespace took the pair with it already.
-		if err := ip("link", "del", p.HostLink); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
+	if p.Netns != "" {
+		if err := ip("netns", "del", p.Netns); err != nil && !strings.Contains(err.Error(), "No such file") {
 			errs = append(errs, err)
 		}
 	}
@@ -343,6 +343,10 @@ func (p *Pod) remove(ctx context.Context) error {
 		p.c.mu.Unlock()
 	}
 	return errors.Join(errs...)
+}
+
+func isNoDevice(err error) bool {
+	return strings.Contains(err.Error(), "Cannot find device") || strings.Contains(err.Error(), "No such device")
 }
 
 func (p *Pod) deleteObject(ctx context.Context) error {
