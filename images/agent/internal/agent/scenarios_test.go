@@ -2,8 +2,12 @@ package agent_test
 
 import (
 	"context"
+	"io"
+	"net"
+	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -207,8 +211,15 @@ func TestARestartedAgentAdoptsItsSlicesWithoutFlapping(t *testing.T) {
 	w := watchSlices(t, c, ns)
 	first.stop()
 	second := startAgent(t, c, "node-a")
-	// Two targets, failureThreshold periods each, after the new agent has seen the slices.
-	require.Eventually(t, func() bool { return second.probeRuns() >= 2*failureThreshold+2 }, time.Minute, 50*time.Millisecond)
+	// Both targets reach their decisive results (2 passes, failureThreshold failures), which
+	// makes the new agent reconcile; two more periods give that reconcile ample time to write.
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(second.Metrics.ProbeTransitions.WithLabelValues("HTTP", "Pass")) == 1 &&
+			testutil.ToFloat64(second.Metrics.ProbeTransitions.WithLabelValues("HTTP", "Fail")) == 1
+	}, time.Minute, 50*time.Millisecond)
+	runs := second.probeRuns()
+	require.GreaterOrEqual(t, runs, float64(failureThreshold+2))
+	require.Eventually(t, func() bool { return second.probeRuns() >= runs+4 }, time.Minute, 50*time.Millisecond)
 	assert.Empty(t, w.Events(), "no slice was written across the restart")
 	eventuallySlices(t, c, ns, "web", want)
 
@@ -476,4 +487,53 @@ func TestAStoppedAgentLeavesNoGoroutine(t *testing.T) {
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
 	)
+}
+
+// The agent serves /healthz, /readyz and its metrics on loopback addresses.
+func TestTheAgentServesHealthAndMetricsOnLoopback(t *testing.T) {
+	// The served registry is process-wide and the agent's metrics register once.
+	if !globalRegistryFree.CompareAndSwap(true, false) {
+		t.Skip("the process-wide metrics registry is taken by an earlier run (-count > 1)")
+	}
+	c := testCluster(t)
+	health, metricsAddr := freeAddr(t), freeAddr(t)
+	startAgent(t, c, "node-b", func(o *agent.Options) {
+		o.HealthProbeBindAddress, o.MetricsBindAddress = health, metricsAddr
+		o.Registry = nil // controller-runtime's registry, the one the endpoint serves
+	})
+	for _, path := range []string{"/healthz", "/readyz"} {
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			code, _ := get(t, "http://"+health+path)
+			assert.Equal(ct, http.StatusOK, code, path)
+		}, time.Minute, 50*time.Millisecond)
+	}
+	code, body := get(t, "http://"+metricsAddr+"/metrics")
+	require.Equal(t, http.StatusOK, code)
+	for _, m := range []string{"swh_agent_probe_targets", "swh_agent_endpoints", "swh_agent_probe_scheduling_lag_seconds"} {
+		assert.Contains(t, body, m)
+	}
+}
+
+var globalRegistryFree = func() *atomic.Bool { var b atomic.Bool; b.Store(true); return &b }()
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
