@@ -19,12 +19,27 @@ func managers(svc *corev1.Service) []string {
 }
 
 func TestOnlyTheLeaderWritesAndTheOtherTakesOver(t *testing.T) {
+	tests := map[string]struct {
+		keepLease bool
+	}{
+		"a leader that stops hands the Lease over":              {keepLease: false},
+		"a leader that dies is replaced once its Lease expires": {keepLease: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			leaderHandOver(t, tc.keepLease)
+		})
+	}
+}
+
+func leaderHandOver(t *testing.T, keepLease bool) {
 	ns := env.CreateNamespaceForTest(t, "leader")
 	elect := func(fieldManager string) func(*Options) {
 		return func(o *Options) {
 			o.LeaderElect = true
 			o.LeaderElectionNamespace = ns
 			o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 2*time.Second, 1500*time.Millisecond, 200*time.Millisecond
+			o.KeepLeaseOnStop = keepLease
 			o.FieldManager = fieldManager
 		}
 	}

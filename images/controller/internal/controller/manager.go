@@ -61,6 +61,9 @@ type Options struct {
 	LeaderElectionNamespace string
 	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election (0: 15s, 10s, 2s).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// KeepLeaseOnStop leaves the Lease to expire instead of releasing it on stop, like a crashed
+	// leader (tests).
+	KeepLeaseOnStop bool
 	// AgentLeaseNamespace and AgentLostGrace are for the withdrawal of endpoints of lost agents.
 	AgentLeaseNamespace string
 	AgentLostGrace      time.Duration
@@ -105,7 +108,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, *metrics.Metrics, er
 		LeaderElectionID:              LeaderElectionID,
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
 		LeaderElectionResourceLock:    "leases",
-		LeaderElectionReleaseOnCancel: true,
+		LeaderElectionReleaseOnCancel: !o.KeepLeaseOnStop,
 		Controller:                    ctrlconfig.Controller{SkipNameValidation: ptr.To(o.SkipNameValidation)},
 	}
 	if o.LeaseDuration > 0 {
