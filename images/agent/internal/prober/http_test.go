@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -343,4 +344,41 @@ func TestHTTPS(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestOneProberRunsManyProbesAtOnce(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		code, _ := strconv.Atoi(r.URL.Query().Get("code"))
+		w.WriteHeader(code)
+	}))
+	defer srv.Close()
+	p := newProber(prober.Options{})
+	const workers, each = 16, 10
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*each)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Half the workers expect a pass, half a failure: results must not cross.
+			code := 200 + 300*(w%2)
+			for range each {
+				res, err := p.Probe(t.Context(), httpProbe(v1alpha1.HTTPProbe{Path: "/?code=" + strconv.Itoa(code)}), "ns", "127.0.0.1", serverPort(t, srv))
+				switch {
+				case err != nil:
+					errs <- err
+				case res.Reason != "HTTP "+strconv.Itoa(code):
+					errs <- fmt.Errorf("worker %d got %+v", w, res)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	require.Equal(t, int64(workers*each), hits.Load())
 }
