@@ -15,6 +15,10 @@ import (
 // file paths under hooks/).
 var wantHooks = []string{"crds/ensure", "credentials/credentials", "settings/settings"}
 
+// buildHooks builds the hooks binary. The bundle's binary is built by hack/build-images.sh
+// (static, -trimpath); that configuration compiles every dependency again, which takes more than
+// ten minutes on a small machine, so the test builds with the test's own build cache. module-sdk
+// names hooks by the part of the source path after "/hooks/", which -trimpath keeps.
 func buildHooks(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "hooks")
