@@ -276,6 +276,13 @@ func TestPodsAreNetworkNamespacesWithObjects(t *testing.T) {
 			{Type: corev1.NodeHostName, Address: "node-b"},
 		}, node.Status.Addresses)
 
+		objectOnly := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "db-1", Node: "node-a", ObjectOnly: true})
+		onlyObj, err := objectOnly.Object(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, objectOnly.IP.String(), onlyObj.Status.PodIP)
+		assert.Empty(t, objectOnly.Netns, "an object-only pod has no network namespace")
+		assert.NotEqual(t, p.IP, objectOnly.IP)
+
 		p.SetReady(t, false)
 		pod, err = p.Object(t.Context())
 		require.NoError(t, err)
@@ -305,6 +312,23 @@ func TestPodsAreNetworkNamespacesWithObjects(t *testing.T) {
 		cmd.Stdout = out
 		require.NoError(t, cmd.Run())
 		assert.Contains(t, out.String(), p.IP.String()+"/32")
+
+		// A client socket made inside the pod comes from the pod's address.
+		srv := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "server", Node: "node-b"})
+		srv.ServeTCP(t, 9000)
+		var conn net.Conn
+		require.NoError(t, p.InNetns(func() error {
+			var err error
+			conn, err = net.DialTimeout("tcp", srv.IP.String()+":9000", 5*time.Second)
+			return err
+		}))
+		defer func() { _ = conn.Close() }()
+		assert.Equal(t, p.IP.String(), conn.LocalAddr().(*net.TCPAddr).IP.String())
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		greeting, err := bufio.NewReader(conn).ReadString('\n')
+		require.NoError(t, err)
+		assert.Equal(t, srv.Key()+"\n", greeting)
+		assertEchoes(t, conn, "from pod to pod")
 
 		// A long-running process lives in the pod's network namespace and stops on request.
 		sleeper := p.Run(t, "sleep", "600")

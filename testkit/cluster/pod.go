@@ -385,10 +385,27 @@ func (p *Pod) Endpoint(conds discoveryv1.EndpointConditions) discoveryv1.Endpoin
 	return ep
 }
 
+// InNetns runs fn on an OS thread inside the pod's network namespace: sockets fn creates (a
+// listener, a client connection) belong to the pod for their whole life. fn must not start
+// goroutines that expect to be in the pod.
+func (p *Pod) InNetns(fn func() error) error {
+	if p.Netns == "" {
+		return fmt.Errorf("pod %s has no network namespace (ObjectOnly)", p.Key())
+	}
+	return inNetns(p.NetnsPath(), fn)
+}
+
+// CommandPrefix is the argv prefix that runs a program inside the pod's network namespace
+// ("nsenter --net=<path> --"), for harnesses that build their own commands.
+func (p *Pod) CommandPrefix() []string {
+	return []string{"nsenter", "--net=" + p.NetnsPath(), "--"}
+}
+
 // Command prepares a command that runs inside the pod's network namespace (through nsenter).
 // Start it with StartProcess so it is stopped with the pod; set Env, Dir, output as needed.
 func (p *Pod) Command(name string, args ...string) *exec.Cmd {
-	cmd := exec.Command("nsenter", append([]string{"--net=" + p.NetnsPath(), "--", name}, args...)...)
+	argv := append(p.CommandPrefix(), name)
+	cmd := exec.Command(argv[0], append(argv[1:], args...)...)
 	// Its own process group, so stopping reaches its children (runuser, shells); killed if the
 	// test process dies.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
