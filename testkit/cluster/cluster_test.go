@@ -41,7 +41,7 @@ var twoZones = []cluster.Node{{Name: "node-a", Zone: "zone-a"}, {Name: "node-b",
 
 // createService creates a Service without a selector (nothing writes its EndpointSlices but
 // the test) with one TCP port "main" and returns "namespace/name".
-func createService(t *testing.T, c *cluster.Cluster, ns, name string, port, targetPort int32) string {
+func createService(t testing.TB, c *cluster.Cluster, ns, name string, port, targetPort int32) string {
 	t.Helper()
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -55,7 +55,7 @@ func createService(t *testing.T, c *cluster.Cluster, ns, name string, port, targ
 
 // writeSlice creates or replaces the EndpointSlice name of the Service with the endpoints, all
 // on port "main" = targetPort.
-func writeSlice(t *testing.T, c *cluster.Cluster, ns, service, name string, targetPort int32, eps ...discoveryv1.Endpoint) {
+func writeSlice(t testing.TB, c *cluster.Cluster, ns, service, name string, targetPort int32, eps ...discoveryv1.Endpoint) {
 	t.Helper()
 	slice := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{
