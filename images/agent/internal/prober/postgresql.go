@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -31,14 +32,15 @@ const requireSCRAM = "scram-sha-256,none"
 
 // pgTemplate is parsed once: pgconn.ConnectConfig only takes configs made by ParseConfig, and
 // parsing reads the environment and the password file. Every field that matters is set again
-// per probe.
-var pgTemplate = func() *pgconn.Config {
+// per probe. An error (e.g. a PGSERVICE in the environment that names no service) makes every
+// PostgreSQL probe return it instead of crashing the agent at start.
+var pgTemplate = sync.OnceValues(func() (*pgconn.Config, error) {
 	cfg, err := pgconn.ParseConfig("host=127.0.0.1 port=5432 user=postgres dbname=postgres sslmode=disable")
 	if err != nil {
-		panic(fmt.Sprintf("parsing the PostgreSQL template config: %v", err))
+		return nil, fmt.Errorf("parsing the PostgreSQL template config (check PG* environment variables): %w", err)
 	}
-	return cfg
-}()
+	return cfg, nil
+})
 
 // probePostgreSQL connects to addr with the probe's credentials, runs the query in a read-only
 // transaction with a server-side statement timeout, and judges the first value of the first row.
@@ -64,7 +66,11 @@ func (p *Prober) probePostgreSQL(ctx context.Context, pg *v1alpha1.PostgreSQLPro
 		creds = c
 	}
 
-	cfg := pgTemplate.Copy()
+	tmpl, err := pgTemplate()
+	if err != nil {
+		return Result{}, err
+	}
+	cfg := tmpl.Copy()
 	cfg.Host = addr.Addr().String()
 	cfg.Port = addr.Port()
 	cfg.Database = dbName
