@@ -1,6 +1,7 @@
 package prober_test
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -381,4 +382,33 @@ func TestOneProberRunsManyProbesAtOnce(t *testing.T) {
 		t.Error(err)
 	}
 	require.Equal(t, int64(workers*each), hits.Load())
+}
+
+func TestCancellingTheCallersContextEndsTheProbeAtOnce(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			_, _ = c.Read(make([]byte, 4096)) // The request; it is never answered.
+			accepted <- c
+		}
+	}()
+	ctx, cancel := context.WithCancel(t.Context())
+	results := make(chan prober.Result, 1)
+	go func() {
+		probe := httpProbe(v1alpha1.HTTPProbe{})
+		probe.TimeoutSeconds = 60
+		res, err := newProber(prober.Options{}).Probe(ctx, probe, "ns", "127.0.0.1", port(l))
+		assert.NoError(t, err)
+		results <- res
+	}()
+	c := <-accepted // The probe is waiting for the response now.
+	defer c.Close()
+	cancel()
+	// The reason, not a clock, proves that the cancellation ended the probe: its own deadline
+	// (60 s) would say "timeout after 1m0s".
+	res := <-results
+	require.Equal(t, prober.Result{Outcome: prober.Failure, Reason: "reading response: probe cancelled"}, res)
 }
