@@ -104,25 +104,29 @@ func inNetns(t *testing.T, nftScript string, fn func()) {
 	run("", "ip", "-n", name, "link", "set", "lo", "up")
 	run(nftScript, "ip", "netns", "exec", name, "nft", "-f", "-")
 
-	done := make(chan error)
+	// fn must report with assert, not require: it runs on another goroutine. done is closed even
+	// if something calls runtime.Goexit there.
+	done := make(chan struct{})
+	var setupErr error
 	go func() {
+		defer close(done)
 		// The thread is not unlocked: it leaves with the goroutine, so its namespace cannot leak
 		// to other goroutines.
 		runtime.LockOSThread()
 		f, err := os.Open("/run/netns/" + name)
 		if err != nil {
-			done <- err
+			setupErr = err
 			return
 		}
 		defer f.Close()
 		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			done <- fmt.Errorf("entering netns %s: %w", name, err)
+			setupErr = fmt.Errorf("entering netns %s: %w", name, err)
 			return
 		}
 		fn()
-		done <- nil
 	}()
-	require.NoError(t, <-done)
+	<-done
+	require.NoError(t, setupErr)
 }
 
 func newProber(opts prober.Options) *prober.Prober {
