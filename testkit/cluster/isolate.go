@@ -83,6 +83,10 @@ func RunIsolated(m *testing.M) {
 // link the tests made disappear.
 //
 // Without root Isolate returns at once, and Start skips the tests that need a cluster.
+//
+// Isolate works the same at the start of a main program (e.g. one that keeps a cluster running
+// until Ctrl-C). Ctrl-C reaches the isolated process directly (once); SIGTERM or SIGHUP sent to
+// the outer process are passed on.
 func Isolate() {
 	switch os.Getenv(stageEnv) {
 	case stageTest:
@@ -132,7 +136,9 @@ func runOuter() int {
 	}
 	go func() {
 		for s := range sigs {
-			_ = cmd.Process.Signal(s)
+			if forward(s) {
+				_ = cmd.Process.Signal(s)
+			}
 		}
 	}()
 	err = cmd.Wait()
@@ -149,6 +155,15 @@ func runOuter() int {
 		fmt.Fprintf(os.Stderr, "cluster: waiting for the isolated test binary: %v\n", err)
 		return 1
 	}
+}
+
+// forward tells which signals the outer and init stages pass on to their child. SIGINT is
+// caught (so they live until the child ends) but not passed on: Ctrl-C reaches every process of
+// the terminal's foreground process group, the isolated ones included, and a program that
+// handles SIGINT (`make run`) must see it once, not three times. SIGTERM and SIGHUP, sent to one
+// process by kill or CI, are passed on.
+func forward(s os.Signal) bool {
+	return s != syscall.SIGINT
 }
 
 // runInit is PID 1 of the test's PID namespace.
@@ -181,7 +196,9 @@ func runInit() int {
 	child := cmd.Process.Pid
 	go func() {
 		for s := range sigs {
-			_ = syscall.Kill(child, s.(syscall.Signal))
+			if forward(s) {
+				_ = syscall.Kill(child, s.(syscall.Signal))
+			}
 		}
 	}()
 	// Reap every process (orphans are re-parented to us) until the tests' process ends. Our exit
