@@ -87,10 +87,11 @@ type Server struct {
 	// LogFile is the server log.
 	LogFile string
 
-	root   string
-	opts   Options
-	mu     sync.Mutex
-	closed bool
+	root     string
+	opts     Options
+	autoPort bool
+	mu       sync.Mutex
+	closed   bool
 }
 
 // Address is host:port of the server.
@@ -113,7 +114,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		_ = s.Remove()
 		return nil, err
 	}
-	if err := s.Start(ctx); err != nil {
+	if err := s.firstStart(ctx); err != nil {
 		_ = s.Remove()
 		return nil, err
 	}
@@ -155,11 +156,30 @@ func (s *Server) StartReplica(ctx context.Context, opts Options) (*Server, error
 		_ = r.Remove()
 		return nil, err
 	}
-	if err := r.Start(ctx); err != nil {
+	if err := r.firstStart(ctx); err != nil {
 		_ = r.Remove()
 		return nil, err
 	}
 	return r, nil
+}
+
+// firstStart starts a new server. A port the harness picked may be taken by another process
+// between picking and binding (test packages run in parallel): then it picks another.
+func (s *Server) firstStart(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		err := s.Start(ctx)
+		if err == nil || !s.autoPort || attempt == 5 || !strings.Contains(err.Error(), "already in use") {
+			return err
+		}
+		p, perr := freePort(s.Host)
+		if perr != nil {
+			return err
+		}
+		s.Port = p
+		if err := s.configure(); err != nil {
+			return err
+		}
+	}
 }
 
 // ReplicaForTest is StartReplica for one test: the replica is removed when the test ends.
@@ -309,6 +329,7 @@ func newServer(opts Options) (*Server, error) {
 	if opts.HBA == nil {
 		opts.HBA = []string{HBASCRAM}
 	}
+	autoPort := false
 	if opts.Port == 0 {
 		if len(opts.CommandPrefix) > 0 {
 			opts.Port = 5432
@@ -318,6 +339,7 @@ func newServer(opts Options) (*Server, error) {
 				return nil, err
 			}
 			opts.Port = p
+			autoPort = true
 		}
 	}
 	root, err := os.MkdirTemp("", "swh-pg-")
@@ -332,6 +354,7 @@ func newServer(opts Options) (*Server, error) {
 		LogFile:   filepath.Join(root, "server.log"),
 		root:      root,
 		opts:      opts,
+		autoPort:  autoPort,
 	}
 	for _, d := range []string{s.SocketDir, s.DataDir, filepath.Join(root, "tls")} {
 		if err := os.Mkdir(d, 0o700); err != nil {
