@@ -307,6 +307,10 @@ func TestPostgreSQLPromotionStopAndStart(t *testing.T) {
 	require.Equal(t, prober.Result{Outcome: prober.Success, Reason: "query returned a true value"}, probePG(t, secrets, isPrimary, replica),
 		"the promoted replica passes")
 
+	tlsSecrets := staticCredentials{"app": pgSecret(map[string]string{"user": "app", "password": appPassword, "tlsMode": "SkipVerification"})}
+	require.Equal(t, prober.Result{Outcome: prober.Failure, Reason: "TLS: server does not accept TLS"}, probePG(t, tlsSecrets, isPrimary, replica),
+		"a TLS mode against a server without ssl fails as TLS")
+
 	require.NoError(t, primary.Stop(ctx))
 	require.Equal(t, prober.Result{Outcome: prober.Failure, Reason: "connection refused"}, probePG(t, secrets, isPrimary, primary))
 	require.NoError(t, primary.Start(ctx))
@@ -428,4 +432,26 @@ func TestPostgreSQLNeverSendsAPasswordInClearText(t *testing.T) {
 	log, err := pg.primary.Log()
 	require.NoError(t, err)
 	require.NotContains(t, log, clearPassword)
+}
+
+func TestPostgreSQLServerThatNeverAnswersIsCutAtTheDeadline(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			accepted <- c // Reads nothing, answers nothing: the startup message goes unanswered.
+		}
+	}()
+	secrets := staticCredentials{"app": pgSecret(map[string]string{"user": "app", "password": appPassword})}
+	p := prober.New(prober.Options{Credentials: secrets})
+	start := time.Now()
+	res, err := p.Probe(t.Context(), pgProbe("", "", "app", 1), "ns", "127.0.0.1", port(l))
+	elapsed := time.Since(start)
+	require.NoError(t, err)
+	require.Equal(t, prober.Result{Outcome: prober.Failure, Reason: "timeout after 1s"}, res)
+	require.Less(t, elapsed, deadlineBound(1))
+	c := <-accepted // The connection was made: the deadline ended the probe.
+	_ = c.Close()
 }
