@@ -200,6 +200,30 @@ func TestServiceTrafficFollowsEndpointSlices(t *testing.T) {
 		assert.Equal(t, []string{a.Key(), b.Key()}, res.Pods(), "%s", res)
 	})
 
+	t.Run("with internalTrafficPolicy Local only the endpoints of kube-proxy's node get traffic", func(t *testing.T) {
+		ns := c.Env.CreateNamespaceForTest(t, "local")
+		const port, target = 80, 8080
+		a := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "a", Node: "node-a"})
+		b := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "b", Node: "node-b"})
+		a.ServeHTTP(t, target)
+		bSrv := b.ServeHTTP(t, target)
+		svc := createService(t, c, ns, "web", port, target)
+		writeSlice(t, c, ns, "web", "web-1", target, a.Endpoint(ready), b.Endpoint(ready))
+		c.WaitProgrammed(t, svc, port, a, b)
+
+		s := &corev1.Service{}
+		require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "web"}, s))
+		s.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyLocal)
+		require.NoError(t, c.Env.Client.Update(t.Context(), s))
+		c.WaitProgrammed(t, svc, port, a)
+		hitsBefore := bSrv.Hits()
+		res := c.Requests(t, cluster.TrafficOptions{Service: svc, Port: port, Count: 30})
+
+		assert.Equal(t, 30, res.OK(), "%s", res)
+		assert.Equal(t, []string{a.Key()}, res.Pods(), "kube-proxy acts as node-a: %s", res)
+		assert.Equal(t, hitsBefore, bSrv.Hits())
+	})
+
 	t.Run("a stopped server fails requests and answers again after Start", func(t *testing.T) {
 		ns := c.Env.CreateNamespaceForTest(t, "restart")
 		const port, target = 80, 8080

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -197,9 +198,11 @@ func freePort() (int, error) {
 }
 
 // ProgrammedEndpoints returns the endpoints ("ip:port", sorted) that kube-proxy's nftables rules
-// currently send NEW connections to for the Service "namespace/name" and its port number port.
-// It reads kube-proxy's own rules, so it shows what kube-proxy made of the EndpointSlices: only
-// ready endpoints, or the serving terminating ones when none is ready. No rules means none.
+// currently send NEW connections to for the Service "namespace/name" and its port number port,
+// from the cluster namespace (ClusterIP traffic, the internal traffic policy as seen by
+// kube-proxy's node). It reads kube-proxy's own rules, so it shows what kube-proxy made of the
+// EndpointSlices: only ready endpoints, or the serving terminating ones when none is ready. No
+// rules means none.
 func (c *Cluster) ProgrammedEndpoints(ctx context.Context, service string, port int32) ([]string, error) {
 	if c.kubeProxy == nil {
 		return nil, errors.New("this cluster runs no kube-proxy (Options.KubeProxy)")
@@ -221,11 +224,11 @@ func (c *Cluster) ProgrammedEndpoints(ctx context.Context, service string, port 
 	if sp == nil {
 		return nil, fmt.Errorf("service %s has no port %d", service, port)
 	}
-	prefix := "service-"
-	if p := svc.Spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
-		prefix = "local-"
+	if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		return nil, fmt.Errorf("service %s has no ClusterIP", service)
 	}
-	base := fmt.Sprintf("%s/%s/%s/%s", key.Namespace, key.Name, strings.ToLower(string(sp.Protocol)), sp.Name)
+	proto := strings.ToLower(string(sp.Protocol))
+	base := fmt.Sprintf("%s/%s/%s/%s", key.Namespace, key.Name, proto, sp.Name)
 	// `nft list chains <family> <table>` is newer than the nftables here: list the table.
 	table, err := exec.CommandContext(ctx, "nft", "list", "table", "ip", "kube-proxy").CombinedOutput()
 	if err != nil {
@@ -234,8 +237,16 @@ func (c *Cluster) ProgrammedEndpoints(ctx context.Context, service string, port 
 		}
 		return nil, fmt.Errorf("listing kube-proxy's table: %w: %s", err, bytes.TrimSpace(table))
 	}
-	// Chain names are "service-" + 8 hash characters + "-" + namespace/name/protocol/port.
-	chainRE := regexp.MustCompile(`(?m)^\tchain ` + regexp.QuoteMeta(prefix) + `[A-Z0-9]{8}-` + regexp.QuoteMeta(base) + ` \{\n`)
+	// The map service-ips sends "ClusterIP . proto . port" to the chain of the internal traffic
+	// policy ("service-HASH-ns/name/proto/port" for Cluster, "local-..." for Local); no element
+	// means no endpoints (the packet goes to the no-endpoint reject instead).
+	elemRE := regexp.MustCompile(regexp.QuoteMeta(svc.Spec.ClusterIP) + ` \. ` + proto + ` \. ` +
+		strconv.Itoa(int(port)) + ` : goto ([A-Za-z0-9_./-]+)`)
+	em := elemRE.FindSubmatch(table)
+	if em == nil {
+		return nil, nil
+	}
+	chainRE := regexp.MustCompile(`(?m)^\tchain ` + regexp.QuoteMeta(string(em[1])) + ` \{\n`)
 	loc := chainRE.FindIndex(table)
 	if loc == nil {
 		return nil, nil
