@@ -14,6 +14,8 @@ LINT_BIN    = $(shell tools/build.sh --dir lint)
 # Packages run in parallel across modules; the control-plane tests are the slow ones.
 GO_TEST_FLAGS ?= -count=1 -timeout=30m
 export KUBEBUILDER_ASSETS = $(KUBE_BIN)
+# module-sdk and oci-tools are served by the proxy but missing from the checksum database.
+export GONOSUMDB = github.com/deckhouse,github.com/sylabs
 
 .PHONY: help
 help: ## List the targets.
@@ -44,7 +46,7 @@ verify: generate ## Regenerate and fail when anything generated is out of date; 
 .PHONY: lint
 lint: ## Run golangci-lint on every module.
 	@tools/build.sh lint
-	@for m in $(MODULES); do echo "lint: $$m"; (cd $$m && $(LINT_BIN)/golangci-lint run --config ../.golangci.yaml ./...); done
+	@for m in $(MODULES); do echo "lint: $$m"; (cd $$m && $(LINT_BIN)/golangci-lint run --config $(CURDIR)/.golangci.yaml ./...); done
 
 .PHONY: build
 build: ## Build the programs and the hooks binary as static binaries into bin/ (the script werf runs).
