@@ -168,3 +168,16 @@ func OwnerReference(name string, uid types.UID) metav1.OwnerReference {
 		BlockOwnerDeletion: &yes,
 	}
 }
+
+// AgentLeasePrefix starts the name of every agent's node Lease in the lease namespace.
+const AgentLeasePrefix = "swh-agent-"
+
+// AgentLeaseName is the name of the Lease the agent of a node renews: swh-agent-<node>, or
+// swh-agent-<digest> when the node name does not fit in an object name. The Lease's
+// holderIdentity and the node annotation always hold the full node name.
+func AgentLeaseName(node string) string {
+	if len(AgentLeasePrefix)+len(node) <= MaxNameLength {
+		return AgentLeasePrefix + node
+	}
+	return AgentLeasePrefix + NodeDigest(node)
+}

@@ -150,3 +150,21 @@ func TestPrefixCollision(t *testing.T) {
 }
 
 func typesUID(s string) types.UID { return types.UID(s) }
+
+func TestAgentLeaseName(t *testing.T) {
+	long := strings.Repeat("n", 250)
+	tests := map[string]struct {
+		node string
+		want string
+	}{
+		"a short node name is kept":               {node: "worker-1", want: "swh-agent-worker-1"},
+		"a node name that does not fit is hashed": {node: long, want: "swh-agent-" + NodeDigest(long)},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := AgentLeaseName(tc.node)
+			assert.Equal(t, tc.want, got)
+			assert.Empty(t, validation.IsDNS1123Subdomain(got))
+		})
+	}
+}
