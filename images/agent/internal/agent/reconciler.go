@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -34,6 +35,9 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/scheduler"
 	agentslices "github.com/deckhouse/service-with-healthchecks/images/agent/internal/slices"
 )
+
+// MaxRetryDelay bounds the backoff of a resource whose reconcile failed.
+const MaxRetryDelay = 30 * time.Second
 
 // Event reasons of probe transitions.
 const (
@@ -84,6 +88,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.serving = map[types.NamespacedName]map[string]bool{}
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("agent").
+		// Failed writes (an API outage) are retried at most 30 s apart, so the agent publishes
+		// soon after the API server is back, not after controller-runtime's 16-minute maximum.
+		WithOptions(controller.Options{RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](100*time.Millisecond, MaxRetryDelay)}).
 		For(&v1alpha1.ServiceWithHealthchecks{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.resourcesOfPod)).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.resourceOfSlice)).
