@@ -1,0 +1,139 @@
+// Package liveness judges which agents are stale, on the controller's own clock (DESIGN §5):
+// an agent is stale when the controller has not seen its node Lease's renewTime change for
+// longer than the grace. The renewTime value itself is only compared for change, never
+// against the controller's clock, because the clocks of nodes and controller differ.
+//
+// The package is pure: it is fed observed Leases and asked for a verdict; the clock is
+// injected.
+package liveness
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// DefaultGrace is how long an agent's renewTime may stand still before the agent is stale
+// (like the kubelet's node-monitor-grace-period).
+const DefaultGrace = 40 * time.Second
+
+type entry struct {
+	renewTime  time.Time
+	lastChange time.Time
+}
+
+// Tracker remembers, per node, the controller's local time at which it last saw the node's
+// Lease renewTime change. It is safe for concurrent use.
+type Tracker struct {
+	clock clock.PassiveClock
+	grace time.Duration
+
+	mu    sync.Mutex
+	nodes map[string]*entry
+}
+
+// NewTracker returns a tracker with the given clock (the real clock when nil) and grace
+// (DefaultGrace when not positive).
+func NewTracker(clk clock.PassiveClock, grace time.Duration) *Tracker {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	if grace <= 0 {
+		grace = DefaultGrace
+	}
+	return &Tracker{clock: clk, grace: grace, nodes: map[string]*entry{}}
+}
+
+// Grace is the tracker's grace.
+func (t *Tracker) Grace() time.Duration { return t.grace }
+
+// Observe records the renewTime of a node's Lease as just seen. A node seen for the first time,
+// or whose renewTime differs from the last one seen, counts as alive now. It reports whether
+// the renewTime changed (or the node is new).
+func (t *Tracker) Observe(node string, renewTime time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.nodes[node]
+	if ok && e.renewTime.Equal(renewTime) {
+		return false
+	}
+	if !ok {
+		e = &entry{}
+		t.nodes[node] = e
+	}
+	e.renewTime = renewTime
+	e.lastChange = t.clock.Now()
+	return true
+}
+
+// Forget drops a node (its Lease was deleted, or the node is gone): it is neither fresh nor
+// stale and no longer counts towards the guard.
+func (t *Tracker) Forget(node string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.nodes, node)
+}
+
+// Reset restarts the grace of every known node now. Call it when the controller wins
+// leadership: what an earlier leader or a blind spell saw is not held against the agents.
+func (t *Tracker) Reset() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.clock.Now()
+	for _, e := range t.nodes {
+		e.lastChange = now
+	}
+}
+
+// Verdict is the tracker's judgement at one instant.
+type Verdict struct {
+	// Known is how many agents the tracker knows.
+	Known int
+	// Stale are the nodes whose agent is stale, sorted.
+	Stale []string
+	// Guarded is true when more than half of the known agents look stale at once: then the
+	// blame is more likely the controller's or the API server's, and nothing may be withdrawn.
+	Guarded bool
+	// Reason says, for humans, why the guard holds ("" when it does not).
+	Reason string
+	// NextCheck is how long until the next fresh agent could turn stale (zero when none is
+	// fresh): the caller judges again then.
+	NextCheck time.Duration
+}
+
+// Withdraw are the nodes whose endpoints must be withdrawn: the stale ones, or none while the
+// guard holds.
+func (v Verdict) Withdraw() []string {
+	if v.Guarded {
+		return nil
+	}
+	return v.Stale
+}
+
+// Judge returns the verdict now.
+func (t *Tracker) Judge() Verdict {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.clock.Now()
+	v := Verdict{Known: len(t.nodes)}
+	for node, e := range t.nodes {
+		silent := now.Sub(e.lastChange)
+		if silent > t.grace {
+			v.Stale = append(v.Stale, node)
+			continue
+		}
+		// Stale strictly after the grace: check again just past it.
+		if next := t.grace - silent + time.Millisecond; v.NextCheck == 0 || next < v.NextCheck {
+			v.NextCheck = next
+		}
+	}
+	sort.Strings(v.Stale)
+	if 2*len(v.Stale) > v.Known {
+		v.Guarded = true
+		v.Reason = fmt.Sprintf("%d of %d agents look stale at once (more than half): suspecting the API server or the controller rather than the agents, nothing is withdrawn", len(v.Stale), v.Known)
+	}
+	return v
+}
