@@ -95,7 +95,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 
 	out, svcErr := r.syncService(ctx, &swh, live, slices)
 	gcErr := r.collectSlices(ctx, &swh, slices)
-	stErr := r.writeStatus(ctx, &swh, out, slices)
+	var stErr error
+	if !conflict(svcErr) && !out.requeue {
+		// After a lost race the outcome says nothing about the Service: report on the next run.
+		stErr = r.writeStatus(ctx, &swh, out, slices)
+	}
 
 	if conflict(svcErr) || conflict(stErr) || out.requeue {
 		r.metrics.Conflicts.WithLabelValues(metrics.ConflictWrite).Inc()
@@ -171,7 +175,7 @@ func (r *Reconciler) syncService(ctx context.Context, swh *v1alpha1.ServiceWithH
 		r.recorder.Eventf(swh, nil, corev1.EventTypeNormal, eventServiceCreated, "Create", "Created Service %s", created.Name)
 		live = created
 	case plan.Apply != nil:
-		applied, err := r.applyService(ctx, live, plan.Apply)
+		applied, err := r.applyService(ctx, live, plan.Apply, plan.Adopt)
 		if err != nil {
 			out.synced = r.writeCondition(err)
 			if plan.Ownership == childservice.Owned {
@@ -232,15 +236,22 @@ func (r *Reconciler) createService(ctx context.Context, desired *corev1ac.Servic
 }
 
 // applyService applies desired to the Service live with server-side apply. The UID makes the
-// write fail instead of touching a Service that replaced live meanwhile.
-func (r *Reconciler) applyService(ctx context.Context, live *corev1.Service, desired *corev1ac.ServiceApplyConfiguration) (*corev1.Service, error) {
+// write fail instead of touching a Service that replaced live meanwhile. An adoption also
+// carries the resourceVersion: consent (the adopt annotation) withdrawn since live was read
+// makes it fail with a conflict, and the next reconcile sees a foreign Service.
+func (r *Reconciler) applyService(ctx context.Context, live *corev1.Service, desired *corev1ac.ServiceApplyConfiguration, adopt bool) (*corev1.Service, error) {
 	cfg := *desired
 	meta := *desired.ObjectMetaApplyConfiguration
 	meta.UID = &live.UID
+	if adopt {
+		meta.ResourceVersion = &live.ResourceVersion
+	}
 	cfg.ObjectMetaApplyConfiguration = &meta
 	applied, err := r.services.CoreV1().Services(live.Namespace).Apply(ctx, &cfg, metav1.ApplyOptions{FieldManager: r.fieldManager, Force: true})
 	if err != nil {
-		r.metrics.Errors.WithLabelValues(metrics.OpApply).Inc()
+		if !conflict(err) {
+			r.metrics.Errors.WithLabelValues(metrics.OpApply).Inc()
+		}
 		return nil, fmt.Errorf("applying Service %s/%s: %w", live.Namespace, live.Name, err)
 	}
 	r.metrics.ServiceWrites.WithLabelValues(metrics.OpApply).Inc()
