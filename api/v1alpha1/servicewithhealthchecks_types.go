@@ -209,11 +209,12 @@ type ServicePort struct {
 	// +kubebuilder:validation:Maximum=65535
 	Port int32 `json:"port"`
 
-	// TargetPort on the pod: a number, or the name of a container port. Defaults to port.
+	// TargetPort on the pod: a number, or the name of a container port. Omitted (or 0, which
+	// is what Go clients send for an unset value) means the same as port.
 	// +optional
 	// +kubebuilder:validation:XIntOrString
 	// +kubebuilder:validation:MaxLength=15
-	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (size(self) <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a port number from 1 to 65535 or a container port name (lowercase letters, digits and '-', at most 15 characters, with at least one letter)"
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 0 && self <= 65535) : (size(self) <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a port number from 1 to 65535 or a container port name (lowercase letters, digits and '-', at most 15 characters, with at least one letter)"
 	TargetPort intstr.IntOrString `json:"targetPort,omitempty"`
 
 	// NodePort for type NodePort or LoadBalancer; allocated when omitted.

@@ -293,6 +293,9 @@ func TestValidShapesAreAccepted(t *testing.T) {
 		"HTTPS with a CA and custom status codes": {
 			spec: withProbe("- mode: HTTP\n  http: {targetPort: 8443, scheme: HTTPS, caCert: \"-----BEGIN CERTIFICATE-----\\nMIIB\\n-----END CERTIFICATE-----\", successStatusCodes: ['200-299', '418']}"),
 		},
+		"a targetPort of 0, which Go clients send for an unset value": {
+			spec: "ports:\n- {port: 80, targetPort: 0}\n",
+		},
 		"a UDP and a TCP port on the same number": {
 			spec: "ports:\n- {name: dns-udp, port: 53, protocol: UDP}\n- {name: dns-tcp, port: 53, protocol: TCP}\n",
 		},
