@@ -1,0 +1,196 @@
+// Package withdraw withdraws the endpoints of nodes whose agent is stale (DESIGN §5): every
+// endpoint of our slices of such a node is set to ready=false, serving=false; the slices are
+// kept for the returning agent, which republishes after its own decisive results. While the
+// liveness guard holds (more than half of the agents stale at once), nothing is withdrawn.
+package withdraw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/liveness"
+)
+
+// Plan is the pure decision: of the given slices, those that are ours (managed by this module
+// and owned by the live resource whose UID owners holds under the slice's namespace and
+// resource label) and were published for one of the nodes, with at least one endpoint not yet
+// withdrawn. It returns modified copies, sorted by namespace and name; the input is untouched.
+func Plan(slices []discoveryv1.EndpointSlice, owners map[types.NamespacedName]types.UID, nodes []string) []*discoveryv1.EndpointSlice {
+	if len(nodes) == 0 {
+		return nil
+	}
+	stale := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		stale[n] = true
+	}
+	var out []*discoveryv1.EndpointSlice
+	for i := range slices {
+		s := &slices[i]
+		if !stale[slicemeta.NodeOf(s)] {
+			continue
+		}
+		uid := owners[types.NamespacedName{Namespace: s.Namespace, Name: s.Labels[slicemeta.LabelResource]}]
+		if !slicemeta.IsOwnedBy(s, uid) {
+			continue
+		}
+		if !anyUp(s) {
+			continue
+		}
+		c := s.DeepCopy()
+		no := false
+		for j := range c.Endpoints {
+			c.Endpoints[j].Conditions.Ready = &no
+			c.Endpoints[j].Conditions.Serving = &no
+		}
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// anyUp tells whether an endpoint of the slice is not yet withdrawn. A nil condition counts as
+// up: consumers read a nil ready or serving as true.
+func anyUp(s *discoveryv1.EndpointSlice) bool {
+	for _, e := range s.Endpoints {
+		c := e.Conditions
+		if c.Ready == nil || *c.Ready || c.Serving == nil || *c.Serving {
+			return true
+		}
+	}
+	return false
+}
+
+// Metrics are the withdrawal's metrics (namespace swh_controller, bounded labels).
+type Metrics struct {
+	// StaleAgents is how many agents looked stale at the last judgement.
+	StaleAgents prometheus.Gauge
+	// KnownAgents is how many agents the tracker knew at the last judgement.
+	KnownAgents prometheus.Gauge
+	// GuardHolding is 1 while more than half of the agents look stale and nothing is withdrawn.
+	GuardHolding prometheus.Gauge
+	// WithdrawnSlices counts slices whose endpoints were withdrawn.
+	WithdrawnSlices prometheus.Counter
+	// WithdrawnEndpoints counts endpoints withdrawn.
+	WithdrawnEndpoints prometheus.Counter
+	// Errors counts failed reads and writes of a withdrawal round.
+	Errors prometheus.Counter
+}
+
+// NewMetrics creates the metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	const ns = "swh_controller"
+	m := &Metrics{
+		StaleAgents: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "agents_stale",
+			Help: "Agents whose node Lease renewTime has not changed for longer than the grace, on the controller's clock."}),
+		KnownAgents: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "agents_known",
+			Help: "Agents whose node Lease the controller has seen."}),
+		GuardHolding: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "liveness_guard_holding",
+			Help: "1 while more than half of the agents look stale at once: nothing is withdrawn (suspect the API server or the controller). Alert on it."}),
+		WithdrawnSlices: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "withdrawn_slices_total",
+			Help: "EndpointSlices of stale nodes whose endpoints were set to ready=false, serving=false."}),
+		WithdrawnEndpoints: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "withdrawn_endpoints_total",
+			Help: "Endpoints of stale nodes set to ready=false, serving=false."}),
+		Errors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "withdraw_errors_total",
+			Help: "Failed API reads and writes while withdrawing the endpoints of stale nodes."}),
+	}
+	for _, c := range []prometheus.Collector{m.StaleAgents, m.KnownAgents, m.GuardHolding, m.WithdrawnSlices, m.WithdrawnEndpoints, m.Errors} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering withdrawal metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Withdrawer is the thin writer: it asks the tracker for a verdict and withdraws the endpoints
+// of the stale nodes, unless the guard holds.
+type Withdrawer struct {
+	// Client reads resources and slices and writes slices.
+	Client client.Client
+	// Tracker judges the agents.
+	Tracker *liveness.Tracker
+	// Metrics, optional.
+	Metrics *Metrics
+	// Log receives what was withdrawn and why nothing was.
+	Log logr.Logger
+}
+
+// Run judges the agents once and withdraws what the verdict says. It returns the verdict (the
+// caller runs again after its NextCheck, and shows a holding guard) and the first error;
+// slices that could not be written are retried by the next run.
+func (w *Withdrawer) Run(ctx context.Context) (liveness.Verdict, error) {
+	v := w.Tracker.Judge()
+	if m := w.Metrics; m != nil {
+		m.KnownAgents.Set(float64(v.Known))
+		m.StaleAgents.Set(float64(len(v.Stale)))
+		guard := 0.0
+		if v.Guarded {
+			guard = 1
+		}
+		m.GuardHolding.Set(guard)
+	}
+	if v.Guarded {
+		w.Log.Info("liveness guard holds, withdrawing nothing", "reason", v.Reason, "stale", v.Stale)
+		return v, nil
+	}
+	nodes := v.Withdraw()
+	if len(nodes) == 0 {
+		return v, nil
+	}
+	plan, err := w.plan(ctx, nodes)
+	if err != nil {
+		w.countError()
+		return v, err
+	}
+	var errs []error
+	for _, s := range plan {
+		if err := w.Client.Update(ctx, s); err != nil {
+			w.countError()
+			errs = append(errs, fmt.Errorf("withdrawing EndpointSlice %s/%s of node %s: %w", s.Namespace, s.Name, slicemeta.NodeOf(s), err))
+			continue
+		}
+		w.Log.Info("withdrew the endpoints of a stale node", "namespace", s.Namespace, "slice", s.Name, "node", slicemeta.NodeOf(s), "endpoints", len(s.Endpoints))
+		if m := w.Metrics; m != nil {
+			m.WithdrawnSlices.Inc()
+			m.WithdrawnEndpoints.Add(float64(len(s.Endpoints)))
+		}
+	}
+	return v, errors.Join(errs...)
+}
+
+func (w *Withdrawer) plan(ctx context.Context, nodes []string) ([]*discoveryv1.EndpointSlice, error) {
+	var resources v1alpha1.ServiceWithHealthchecksList
+	if err := w.Client.List(ctx, &resources); err != nil {
+		return nil, fmt.Errorf("listing ServiceWithHealthchecks: %w", err)
+	}
+	owners := make(map[types.NamespacedName]types.UID, len(resources.Items))
+	for i := range resources.Items {
+		r := &resources.Items[i]
+		owners[types.NamespacedName{Namespace: r.Namespace, Name: r.Name}] = r.UID
+	}
+	var slices discoveryv1.EndpointSliceList
+	if err := w.Client.List(ctx, &slices, client.MatchingLabels{discoveryv1.LabelManagedBy: slicemeta.ManagedBy}); err != nil {
+		return nil, fmt.Errorf("listing our EndpointSlices: %w", err)
+	}
+	return Plan(slices.Items, owners, nodes), nil
+}
+
+func (w *Withdrawer) countError() {
+	if w.Metrics != nil {
+		w.Metrics.Errors.Inc()
+	}
+}
