@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -71,6 +72,14 @@ func setupRBAC(t *testing.T) rbacFixture {
 		},
 	}
 	require.NoError(t, env.Client.Create(ctx, f.swh))
+
+	// The API server's authorizer learns new Roles and bindings from its informers: wait until
+	// both accounts have their permissions before any check may see a Forbidden.
+	agent, controller := saClient(t, "agent"), saClient(t, "controller")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.NoError(c, getSecret(f.ns, f.referenced)(ctx, agent))
+		assert.NoError(c, controller.List(ctx, &v1alpha1.ServiceWithHealthchecksList{}))
+	}, time.Minute, 100*time.Millisecond, "the chart's RBAC takes effect")
 	return f
 }
 
@@ -312,8 +321,14 @@ func TestPrometheusMayScrapeBothSidecars(t *testing.T) {
 						Resource: attrs.Resource, Subresource: attrs.Subresource, Name: attrs.Name,
 					},
 				}}
-				require.NoError(t, env.Client.Create(t.Context(), sar))
-				assert.Equal(t, caller.allowed, sar.Status.Allowed, "reason: %s", sar.Status.Reason)
+				// Poll: the authorizer learns the applied bindings from its informers.
+				require.EventuallyWithT(t, func(c *assert.CollectT) {
+					review := sar.DeepCopy()
+					if !assert.NoError(c, env.Client.Create(t.Context(), review)) {
+						return
+					}
+					assert.Equal(c, caller.allowed, review.Status.Allowed, "reason: %s", review.Status.Reason)
+				}, time.Minute, 100*time.Millisecond)
 			})
 		}
 	}
