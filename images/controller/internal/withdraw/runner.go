@@ -1,0 +1,155 @@
+package withdraw
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/liveness"
+)
+
+// Runner watches the agents' node Leases, feeds the tracker and runs the withdrawer. It runs on
+// the leader only: its start is the moment leadership is won, and the grace restarts then.
+type Runner struct {
+	// Withdrawer judges (through its Tracker) and writes.
+	Withdrawer *Withdrawer
+	// Leases reads the agents' Leases, uncached, so that a failing API server shows as an
+	// error (blindness) rather than as a frozen cache.
+	Leases client.Reader
+	// Namespace is the agent lease namespace.
+	Namespace string
+	// Period between observations; DefaultPeriod(grace) when zero.
+	Period time.Duration
+	// Clock ticks the observations; the real clock when nil.
+	Clock clock.WithTicker
+	// Log receives observation failures.
+	Log logr.Logger
+
+	known map[string]bool
+}
+
+// DefaultPeriod is the observation period for a grace: an eighth of it, between 0.5 s and 5 s.
+func DefaultPeriod(grace time.Duration) time.Duration {
+	return min(max(grace/8, 500*time.Millisecond), 5*time.Second)
+}
+
+// NeedLeaderElection makes the manager start the runner only once this replica leads.
+func (r *Runner) NeedLeaderElection() bool { return true }
+
+// Start restarts the grace (leadership was just won) and then observes the Leases every Period
+// until ctx ends. A failed observation makes the controller blind: the first successful one
+// after it restarts the grace again, so that agents are not blamed for the controller's or the
+// API server's outage.
+func (r *Runner) Start(ctx context.Context) error {
+	tr := r.Withdrawer.Tracker
+	tr.Reset()
+	period := r.Period
+	if period <= 0 {
+		period = DefaultPeriod(tr.Grace())
+	}
+	clk := r.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	ticker := clk.NewTicker(period)
+	defer ticker.Stop()
+	blind := false
+	for {
+		if err := r.observe(ctx, period); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if !blind {
+				r.Log.Error(err, "cannot see the agents' Leases; withdrawing nothing until they are seen again, then restarting the grace")
+			}
+			blind = true
+			r.Withdrawer.countError()
+		} else {
+			if blind {
+				r.Log.Info("the agents' Leases are visible again; restarting the grace")
+				tr.Reset()
+				blind = false
+			}
+			if _, err := r.Withdrawer.Run(ctx); err != nil && ctx.Err() == nil {
+				r.Log.Error(err, "withdrawing the endpoints of stale nodes failed; retrying")
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C():
+		}
+	}
+}
+
+// observe lists the agents' Leases and feeds the tracker; nodes whose Lease is gone are
+// forgotten.
+func (r *Runner) observe(ctx context.Context, period time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, max(2*period, 5*time.Second))
+	defer cancel()
+	var leases coordinationv1.LeaseList
+	if err := r.Leases.List(ctx, &leases, client.InNamespace(r.Namespace)); err != nil {
+		return fmt.Errorf("listing Leases in %s: %w", r.Namespace, err)
+	}
+	seen := make(map[string]bool, len(leases.Items))
+	for i := range leases.Items {
+		node, renew, ok := agentLease(&leases.Items[i])
+		if !ok {
+			continue
+		}
+		seen[node] = true
+		r.Withdrawer.Tracker.Observe(node, renew)
+	}
+	for node := range r.known {
+		if !seen[node] {
+			r.Withdrawer.Tracker.Forget(node)
+		}
+	}
+	r.known = seen
+	return nil
+}
+
+// agentLease reads the node and renewTime of an agent's Lease; ok is false for other Leases and
+// for one not yet renewed.
+func agentLease(l *coordinationv1.Lease) (node string, renew time.Time, ok bool) {
+	if !strings.HasPrefix(l.Name, slicemeta.AgentLeasePrefix) || l.Spec.RenewTime == nil {
+		return "", time.Time{}, false
+	}
+	node = l.Annotations[slicemeta.AnnotationNode]
+	if node == "" && l.Spec.HolderIdentity != nil {
+		node = *l.Spec.HolderIdentity
+	}
+	if node == "" || slicemeta.AgentLeaseName(node) != l.Name {
+		return "", time.Time{}, false
+	}
+	return node, l.Spec.RenewTime.Time, true
+}
+
+// Setup adds the liveness runner to mgr: Leases in namespace are judged with grace, our slices
+// of stale nodes withdrawn through mgr's client, metrics registered with reg.
+func Setup(mgr ctrl.Manager, reg prometheus.Registerer, namespace string, grace time.Duration) (*Runner, error) {
+	m, err := NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	log := mgr.GetLogger().WithName("liveness")
+	r := &Runner{
+		Withdrawer: &Withdrawer{Client: mgr.GetClient(), Tracker: liveness.NewTracker(nil, grace), Metrics: m, Log: log},
+		Leases:     mgr.GetAPIReader(),
+		Namespace:  namespace,
+		Log:        log,
+	}
+	if err := mgr.Add(r); err != nil {
+		return nil, fmt.Errorf("adding the liveness runner: %w", err)
+	}
+	return r, nil
+}
