@@ -17,9 +17,12 @@ import (
 	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/agent"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/lease"
 )
 
 func main() {
@@ -118,6 +121,12 @@ func run(args []string) error {
 	cfg.QPS, cfg.Burst = float32(f.kubeAPIQPS), f.kubeAPIBurst
 	cfg.UserAgent = "service-with-healthchecks-agent/" + f.nodeName
 
+	leaseClient, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return fmt.Errorf("creating the Lease client: %w", err)
+	}
+	renewer := &lease.Renewer{Client: leaseClient, Namespace: f.leaseNamespace, Node: f.nodeName, Log: log.WithName("lease")}
+
 	a, err := agent.New(agent.Options{
 		NodeName:               f.nodeName,
 		Config:                 cfg,
@@ -126,7 +135,8 @@ func run(args []string) error {
 		LeaseNamespace:         f.leaseNamespace,
 		ProbeConcurrency:       f.probeConcurrency,
 		Logger:                 log,
-		// The node Lease renewal (liveness issue) plugs in here as a Runnable.
+		// The node Lease renewal (docs/LIVENESS.md).
+		Runnables: []manager.Runnable{renewer},
 	})
 	if err != nil {
 		return err

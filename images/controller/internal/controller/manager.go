@@ -36,6 +36,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/childservice"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/withdraw"
 )
 
 // Names the controller is known by.
@@ -128,6 +129,12 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, *metrics.Metrics, er
 	}
 	if err := Setup(mgr, m, o); err != nil {
 		return nil, nil, err
+	}
+	if o.AgentLeaseNamespace != "" {
+		// Liveness of the agents (docs/LIVENESS.md): leader-only, withdraws stale nodes' endpoints.
+		if _, err := withdraw.Setup(mgr, reg, o.AgentLeaseNamespace, o.AgentLostGrace); err != nil {
+			return nil, nil, err
+		}
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, nil, fmt.Errorf("adding the health check: %w", err)
