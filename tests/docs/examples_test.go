@@ -27,7 +27,7 @@ import (
 const rejectedMarker = "# rejected:"
 
 // notApplied lists kinds an example may show that this API server does not serve; they are
-// checked elsewhere (ModuleConfig against openapi/config-values.yaml by tests/openapi).
+// checked elsewhere (ModuleConfig against openapi/config-values.yaml in moduleconfig_test.go).
 var notApplied = map[string]bool{"ModuleConfig": true}
 
 // example is one resource of a yaml block.
