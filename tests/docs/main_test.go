@@ -1,6 +1,3 @@
-// Package docs tests the user documentation in docs/ against the real API: every resource
-// example is accepted by a real kube-apiserver, the resource reference (CR.md) and the CRD list
-// the same fields, the doc-ru CRD has the CRD's structure, and every page has its Russian twin.
 package docs
 
 import (
