@@ -69,6 +69,18 @@ func (t *Tracker) Observe(node string, renewTime time.Time) bool {
 	return true
 }
 
+// Seen returns the last renewTime seen for a node and the local time it was first seen; ok is
+// false for a node the tracker does not know.
+func (t *Tracker) Seen(node string) (renewTime, lastChange time.Time, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.nodes[node]
+	if !ok {
+		return time.Time{}, time.Time{}, false
+	}
+	return e.renewTime, e.lastChange, true
+}
+
 // Forget drops a node (its Lease was deleted, or the node is gone): it is neither fresh nor
 // stale and no longer counts towards the guard.
 func (t *Tracker) Forget(node string) {

@@ -134,6 +134,11 @@ func TestObserveReportsAChange(t *testing.T) {
 	assert.True(t, tr.Observe("a", nodeEpoch), "a new node is a change")
 	assert.False(t, tr.Observe("a", nodeEpoch), "the same renewTime is not")
 	assert.True(t, tr.Observe("a", nodeEpoch.Add(time.Second)), "a new renewTime is")
+	renew, _, ok := tr.Seen("a")
+	assert.True(t, ok)
+	assert.Equal(t, nodeEpoch.Add(time.Second), renew)
+	_, _, ok = tr.Seen("b")
+	assert.False(t, ok, "an unknown node was not seen")
 }
 
 func TestGuardReasonCountsTheAgents(t *testing.T) {

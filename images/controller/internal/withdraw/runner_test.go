@@ -6,12 +6,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
@@ -21,6 +24,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/liveness"
 )
 
 // fakeAgent renews a node's Lease the way the agent does, until stopped.
@@ -95,20 +99,17 @@ func TestRunnerWithdrawsAfterTheGraceAndNotBefore(t *testing.T) {
 	require.Eventually(t, func() bool { return testutil.ToFloat64(m.KnownAgents) == 3 }, 30*time.Second, 50*time.Millisecond,
 		"the runner sees the three agents")
 
-	ready := func(node string) bool {
-		e := w.get(t, node).Endpoints[0].Conditions
-		return ptr.Deref(e.Ready, true) && ptr.Deref(e.Serving, true)
-	}
+	isReady := func(node string) bool { return ready(t, w, node) }
 
 	// Stop one agent: at half the grace its endpoints are still ready...
 	agents["wd-r1"].stop()
-	require.Never(t, func() bool { return !ready("wd-r1") }, grace/2, 100*time.Millisecond,
+	require.Never(t, func() bool { return !isReady("wd-r1") }, grace/2, 100*time.Millisecond,
 		"endpoints of a silent agent stay ready within the grace")
 	// ...and after the grace they are withdrawn, the slice kept.
-	require.Eventually(t, func() bool { return !ready("wd-r1") }, 3*grace, 100*time.Millisecond,
+	require.Eventually(t, func() bool { return !isReady("wd-r1") }, 3*grace, 100*time.Millisecond,
 		"the endpoints of a stale agent are withdrawn after the grace")
-	assert.True(t, ready("wd-r2"), "a live agent's endpoints are untouched")
-	assert.True(t, ready("wd-r3"), "a live agent's endpoints are untouched")
+	assert.True(t, isReady("wd-r2"), "a live agent's endpoints are untouched")
+	assert.True(t, isReady("wd-r3"), "a live agent's endpoints are untouched")
 	assert.InDelta(t, 1, testutil.ToFloat64(m.WithdrawnSlices), 0)
 
 	// Stop a second agent: two of three stale is more than half, the guard holds.
@@ -116,7 +117,7 @@ func TestRunnerWithdrawsAfterTheGraceAndNotBefore(t *testing.T) {
 	require.Eventually(t, func() bool { return testutil.ToFloat64(m.GuardHolding) == 1 }, 3*grace, 100*time.Millisecond,
 		"the guard holds once two of three agents are stale")
 	assert.InDelta(t, 2, testutil.ToFloat64(m.StaleAgents), 0)
-	assert.True(t, ready("wd-r2"), "nothing is withdrawn while the guard holds")
+	assert.True(t, isReady("wd-r2"), "nothing is withdrawn while the guard holds")
 	assert.InDelta(t, 1, testutil.ToFloat64(m.WithdrawnSlices), 0)
 }
 
@@ -167,4 +168,87 @@ func TestDefaultPeriod(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) { assert.Equal(t, tc.want, DefaultPeriod(tc.grace)) })
 	}
+}
+
+// TestRunnerRestartsTheGraceAfterItCouldNotSeeTheLeases takes the runner's permission to list
+// Leases away for longer than the grace (the controller is blind, as in an API outage), stops an
+// agent meanwhile, and gives the permission back: the silent agent is not withdrawn on the spot
+// but only a full grace after the controller sees again.
+func TestRunnerRestartsTheGraceAfterItCouldNotSeeTheLeases(t *testing.T) {
+	const grace = 4 * time.Second
+	nodes := []string{"wd-b1", "wd-b2", "wd-b3"}
+	w := newWorld(t, nodes...)
+	binding := grantLeaseList(t, w.ns, "controller")
+	reader, err := env.ServiceAccountClient(w.ns, "controller")
+	require.NoError(t, err)
+
+	tr := liveness.NewTracker(nil, grace)
+	m, err := NewMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	r := &Runner{
+		Withdrawer: &Withdrawer{Client: env.Client, Tracker: tr, Metrics: m, Log: logr.Discard()},
+		Leases:     reader, Namespace: w.ns, Log: logr.Discard(),
+	}
+	agents := map[string]*fakeAgent{}
+	for _, n := range nodes {
+		agents[n] = startFakeAgent(t, w.ns, n)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() { assert.NoError(t, r.Start(ctx)) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	require.Eventually(t, func() bool { return testutil.ToFloat64(m.KnownAgents) == 3 }, 30*time.Second, 50*time.Millisecond)
+
+	// An agent stops, and the runner sees its last renewal.
+	agents["wd-b1"].stop()
+	var last coordinationv1.Lease
+	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKey{Namespace: w.ns, Name: slicemeta.AgentLeaseName("wd-b1")}, &last))
+	require.Eventually(t, func() bool {
+		renew, _, ok := tr.Seen("wd-b1")
+		return ok && renew.Equal(last.Spec.RenewTime.Time)
+	}, 30*time.Second, 20*time.Millisecond, "the runner sees the stopped agent's last renewal")
+
+	// Blind: the runner can no longer list the Leases.
+	require.NoError(t, env.Client.Delete(t.Context(), binding))
+	require.Eventually(t, func() bool { return testutil.ToFloat64(m.Errors) > 0 }, 30*time.Second, 50*time.Millisecond,
+		"the runner fails to list the Leases")
+	require.Eventually(t, func() bool { return len(tr.Judge().Stale) == 3 }, 3*grace, 50*time.Millisecond,
+		"blind for longer than the grace, every agent looks stale")
+	assert.True(t, ready(t, w, "wd-b1"), "nothing is withdrawn while blind (guard)")
+
+	// Sight returns: the grace restarts, so the silent agent is not stale yet.
+	grantLeaseList(t, w.ns, "controller")
+	require.Eventually(t, func() bool { return len(tr.Judge().Stale) == 0 }, 30*time.Second, 50*time.Millisecond,
+		"seeing the Leases again restarts the grace of every agent")
+	assert.True(t, ready(t, w, "wd-b1"), "the silent agent is not withdrawn the moment the controller sees again")
+	// A full grace later it is.
+	require.Eventually(t, func() bool { return !ready(t, w, "wd-b1") }, 3*grace, 100*time.Millisecond,
+		"the silent agent is withdrawn a grace after the controller sees again")
+	assert.True(t, ready(t, w, "wd-b2"))
+	assert.True(t, ready(t, w, "wd-b3"))
+}
+
+func ready(t *testing.T, w *world, node string) bool {
+	t.Helper()
+	e := w.get(t, node).Endpoints[0].Conditions
+	return ptr.Deref(e.Ready, true) && ptr.Deref(e.Serving, true)
+}
+
+// grantLeaseList lets the service account list Leases in ns and returns the binding.
+func grantLeaseList(t *testing.T, ns, sa string) *rbacv1.RoleBinding {
+	t.Helper()
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "leases"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"list"}}},
+	}
+	if err := env.Client.Create(t.Context(), role); err != nil && !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "leases"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "leases"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: sa}},
+	}
+	require.NoError(t, env.Client.Create(t.Context(), binding))
+	return binding
 }
