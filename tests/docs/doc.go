@@ -17,6 +17,7 @@
 //   - crds/doc-ru-servicewithhealthchecks.yaml has the CRD's structure (properties/items only)
 //     with a Russian description wherever the CRD has one. When a field is added to the API,
 //     the test names the path whose Russian description is missing.
+//   - Every link between pages ([x](PAGE.md#anchor)) points to a page and heading that exist.
 //   - The user pages (README, CONFIGURATION, CR, EXAMPLES, FAQ) each have an _RU twin that shows
 //     the same number of resource examples (CONFIGURATION is exempt until its twin shows the
 //     credential Secret example too).
