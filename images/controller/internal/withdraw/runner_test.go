@@ -252,3 +252,89 @@ func grantLeaseList(t *testing.T, ns, sa string) *rbacv1.RoleBinding {
 	require.NoError(t, env.Client.Create(t.Context(), binding))
 	return binding
 }
+
+// TestANewLeaderRestartsTheGrace stops the leader while an agent has been silent for half the
+// grace: the new leader does not withdraw it at the old leader's deadline, only a full grace
+// after it took over, and the standby never judged anything.
+func TestANewLeaderRestartsTheGrace(t *testing.T) {
+	const grace = 4 * time.Second
+	nodes := []string{"wd-l1", "wd-l2", "wd-l3"}
+	w := newWorld(t, nodes...)
+	agents := map[string]*fakeAgent{}
+	for _, n := range nodes {
+		agents[n] = startFakeAgent(t, w.ns, n)
+	}
+	a, stopA := startReplica(t, w.ns, grace)
+	require.Eventually(t, func() bool { return testutil.ToFloat64(a.Withdrawer.Metrics.KnownAgents) == 3 }, 30*time.Second, 50*time.Millisecond,
+		"the first replica leads and sees the agents")
+	b, _ := startReplica(t, w.ns, grace)
+
+	agents["wd-l1"].stop()
+	var last coordinationv1.Lease
+	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKey{Namespace: w.ns, Name: slicemeta.AgentLeaseName("wd-l1")}, &last))
+	var silentSince time.Time
+	require.Eventually(t, func() bool {
+		renew, changed, ok := a.Withdrawer.Tracker.Seen("wd-l1")
+		silentSince = changed
+		return ok && renew.Equal(last.Spec.RenewTime.Time)
+	}, 30*time.Second, 20*time.Millisecond, "the leader saw the stopped agent's last renewal")
+	require.Eventually(t, func() bool { return time.Since(silentSince) > grace/2 }, 3*grace, 20*time.Millisecond)
+	assert.InDelta(t, 0, testutil.ToFloat64(b.Withdrawer.Metrics.KnownAgents), 0, "the standby judges nothing")
+	stopA()
+
+	require.Eventually(t, func() bool { return testutil.ToFloat64(b.Withdrawer.Metrics.KnownAgents) == 3 }, 30*time.Second, 50*time.Millisecond,
+		"the standby takes over")
+	tookOver := time.Now()
+	_, changed, ok := b.Withdrawer.Tracker.Seen("wd-l1")
+	require.True(t, ok)
+	assert.False(t, changed.Before(silentSince.Add(grace/2)), "the new leader's grace for the silent agent starts at its own start")
+	require.Eventually(t, func() bool { return !ready(t, w, "wd-l1") }, 3*grace, 100*time.Millisecond,
+		"the new leader withdraws the silent agent after its own grace")
+	assert.Greater(t, time.Since(silentSince), grace, "withdrawn only after the grace")
+	_, changed, _ = b.Withdrawer.Tracker.Seen("wd-l1")
+	assert.True(t, changed.Add(grace).Before(time.Now()), "a full grace passed on the new leader's clock")
+	assert.False(t, changed.After(tookOver))
+	assert.True(t, ready(t, w, "wd-l2"))
+	assert.True(t, ready(t, w, "wd-l3"))
+}
+
+// startReplica starts a controller replica with leader election and the liveness runner; the
+// returned function stops it (releasing leadership) and waits for it.
+func startReplica(t *testing.T, ns string, grace time.Duration) (*Runner, func()) {
+	t.Helper()
+	leaseDuration, renewDeadline, retryPeriod := 3*time.Second, 2*time.Second, 200*time.Millisecond
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                        env.Scheme,
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
+		LeaderElection:                true,
+		LeaderElectionID:              "swh-liveness-test",
+		LeaderElectionNamespace:       ns,
+		LeaderElectionResourceLock:    "leases",
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &leaseDuration,
+		RenewDeadline:                 &renewDeadline,
+		RetryPeriod:                   &retryPeriod,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&discoveryv1.EndpointSlice{}: {Label: labels.SelectorFromSet(labels.Set{discoveryv1.LabelManagedBy: slicemeta.ManagedBy})},
+		}},
+	})
+	require.NoError(t, err)
+	r, err := Setup(mgr, prometheus.NewRegistry(), ns, grace)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		assert.NoError(t, mgr.Start(ctx))
+	}()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+		}
+	}
+	t.Cleanup(stop)
+	return r, stop
+}
