@@ -269,3 +269,24 @@ func Binary(name string) (string, error) {
 	}
 	return p, nil
 }
+
+// Main runs a package's tests against one control plane, started before them and stopped
+// after; it stores the control plane in *env and exits. Use it as the whole TestMain:
+//
+//	func TestMain(m *testing.M) { controlplane.Main(m, controlplane.Options{}, &env) }
+func Main(m *testing.M, opts Options, env **Env) {
+	e, err := Start(opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*env = e
+	code := m.Run()
+	if err := e.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}

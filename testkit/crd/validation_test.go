@@ -2,7 +2,6 @@ package crd_test
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -17,19 +16,7 @@ import (
 
 var env *controlplane.Env
 
-func TestMain(m *testing.M) {
-	var err error
-	env, err = controlplane.Start(controlplane.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { controlplane.Main(m, controlplane.Options{}, &env) }
 
 // object builds a ServiceWithHealthchecks from the YAML of its spec.
 func object(t *testing.T, ns, name, specYAML string) *unstructured.Unstructured {

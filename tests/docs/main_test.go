@@ -1,8 +1,6 @@
 package docs
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
@@ -10,21 +8,4 @@ import (
 
 var env *controlplane.Env
 
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	var err error
-	env, err = controlplane.Start(controlplane.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-		}
-	}()
-	return m.Run()
-}
+func TestMain(m *testing.M) { controlplane.Main(m, controlplane.Options{}, &env) }

@@ -2,7 +2,6 @@ package credentials_test
 
 import (
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -23,19 +22,7 @@ import (
 
 var env *controlplane.Env
 
-func TestMain(m *testing.M) {
-	var err error
-	env, err = controlplane.Start(controlplane.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { controlplane.Main(m, controlplane.Options{}, &env) }
 
 const (
 	agentSA = "agent"

@@ -2,7 +2,6 @@ package lease
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -22,18 +21,7 @@ import (
 
 var env *controlplane.Env
 
-func TestMain(m *testing.M) {
-	e, err := controlplane.Start(controlplane.Options{})
-	if err != nil {
-		panic(err)
-	}
-	env = e
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		code = 1
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { controlplane.Main(m, controlplane.Options{}, &env) }
 
 // run starts a renewer and returns a function that stops it and waits for Start to return.
 func run(t *testing.T, r *Renewer) (stop func()) {

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -39,19 +38,7 @@ const (
 	tick = 50 * time.Millisecond
 )
 
-func TestMain(m *testing.M) {
-	e, err := controlplane.Start(controlplane.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	env = e
-	code := m.Run()
-	if err := e.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { controlplane.Main(m, controlplane.Options{}, &env) }
 
 // running is a controller started by a test.
 type running struct {

@@ -1,7 +1,6 @@
 package withdraw
 
 import (
-	"os"
 	"testing"
 	"time"
 
@@ -27,18 +26,7 @@ import (
 
 var env *controlplane.Env
 
-func TestMain(m *testing.M) {
-	e, err := controlplane.Start(controlplane.Options{})
-	if err != nil {
-		panic(err)
-	}
-	env = e
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		code = 1
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { controlplane.Main(m, controlplane.Options{}, &env) }
 
 // slice is one of our slices of resource/port "http" on node, owned by uid, with one endpoint
 // whose conditions are ready and serving.
