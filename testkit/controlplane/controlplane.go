@@ -11,8 +11,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -158,6 +161,57 @@ func (e *Env) Stop() error {
 // APIServerURL is the address of the API server.
 func (e *Env) APIServerURL() string {
 	return e.Config.Host
+}
+
+// APIServerPID returns the process id of this Env's kube-apiserver: the process whose command
+// line is a kube-apiserver with this Env's own --cert-dir (a temporary directory unique to each
+// Env), found by scanning /proc. Other API servers on the machine never match.
+func (e *Env) APIServerPID() (int, error) {
+	certDir := e.env.ControlPlane.GetAPIServer().CertDir
+	if certDir == "" {
+		return 0, errors.New("the API server has no certificate directory: not started")
+	}
+	want := "--cert-dir=" + certDir
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, fmt.Errorf("listing /proc: %w", err)
+	}
+	for _, ent := range entries {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline"))
+		if err != nil || len(raw) == 0 {
+			continue // gone meanwhile, or a kernel thread
+		}
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		if filepath.Base(args[0]) != "kube-apiserver" {
+			continue
+		}
+		if slices.Contains(args[1:], want) {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no kube-apiserver process with %s in /proc", want)
+}
+
+// Freeze stops this Env's kube-apiserver with SIGSTOP (an API outage: connections hang, nothing
+// answers) until Thaw. Only that one process is signalled.
+func (e *Env) Freeze() error { return e.signalAPIServer(syscall.SIGSTOP) }
+
+// Thaw resumes this Env's kube-apiserver after Freeze with SIGCONT.
+func (e *Env) Thaw() error { return e.signalAPIServer(syscall.SIGCONT) }
+
+func (e *Env) signalAPIServer(sig syscall.Signal) error {
+	pid, err := e.APIServerPID()
+	if err != nil {
+		return err
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		return fmt.Errorf("sending %v to kube-apiserver (pid %d): %w", sig, pid, err)
+	}
+	return nil
 }
 
 // KubeConfig returns a kubeconfig for the administrator, for programs started by tests.
