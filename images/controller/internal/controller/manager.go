@@ -36,6 +36,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/childservice"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/status"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/withdraw"
 )
 
@@ -192,6 +193,10 @@ func Setup(mgr ctrl.Manager, m *metrics.Metrics, o Options) error {
 		Named(controllerName).
 		For(&v1alpha1.ServiceWithHealthchecks{}).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.serviceToResource)).
+		// A resource created, deleted or with changed ports may start or end a slice name
+		// conflict with others of its namespace (status updates change no generation).
+		Watches(&v1alpha1.ServiceWithHealthchecks{}, handler.EnqueueRequestsFromMapFunc(r.collidingResources),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceToResource)).
 		WatchesMetadata(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.nodeToResources),
 			builder.WithPredicates(predicate.Funcs{
@@ -218,6 +223,35 @@ func (r *Reconciler) serviceToResource(ctx context.Context, obj client.Object) [
 		}
 	}
 	return []reconcile.Request{{NamespacedName: key}}
+}
+
+// collidingResources maps a resource to the other live resources of its namespace whose slice
+// names collide with its own (before and after a change: the handler maps both objects of an
+// update), so that their SliceNameConflict condition follows.
+func (r *Reconciler) collidingResources(ctx context.Context, obj client.Object) []reconcile.Request {
+	swh, ok := obj.(*v1alpha1.ServiceWithHealthchecks)
+	if !ok {
+		return nil
+	}
+	var list v1alpha1.ServiceWithHealthchecksList
+	if err := r.client.List(ctx, &list, client.InNamespace(swh.Namespace)); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the resources of a namespace for slice name conflicts", "namespace", swh.Namespace)
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		other := &list.Items[i]
+		if other.Name == swh.Name {
+			continue
+		}
+		// A deleted resource no longer collides, but the ones it collided with must hear of it.
+		was := *swh
+		was.DeletionTimestamp = nil
+		if len(status.Collisions(other, []v1alpha1.ServiceWithHealthchecks{was})) > 0 {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(other)})
+		}
+	}
+	return out
 }
 
 // sliceToResource maps one of this module's slices to the resource it was published for.

@@ -351,11 +351,17 @@ func (r *Reconciler) writeStatus(ctx context.Context, swh *v1alpha1.ServiceWithH
 	if out.synced.Status == metav1.ConditionFalse && (prev == nil || prev.Status != out.synced.Status || prev.Reason != out.synced.Reason) {
 		r.recorder.Eventf(swh, nil, corev1.EventTypeWarning, out.synced.Reason, "SyncService", "%s", out.synced.Message)
 	}
+	var neighbours v1alpha1.ServiceWithHealthchecksList
+	if err := r.client.List(ctx, &neighbours, client.InNamespace(swh.Namespace)); err != nil {
+		r.metrics.Errors.WithLabelValues(metrics.OpRead).Inc()
+		return fmt.Errorf("listing the resources of namespace %s for slice name conflicts: %w", swh.Namespace, err)
+	}
 	computed := status.Compute(status.Observed{
 		Resource:      swh,
 		Service:       out.service,
 		ServiceSynced: out.synced,
 		Slices:        ownedSlices(swh, slices),
+		Neighbours:    neighbours.Items,
 		Now:           metav1.NewTime(r.now()),
 	})
 	if !status.Changed(&swh.Status, &computed) {

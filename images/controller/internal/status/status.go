@@ -4,13 +4,36 @@
 package status
 
 import (
+	"fmt"
+	"slices"
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+)
+
+// Reasons of the conditions computed here.
+const (
+	// ReasonEndpointsAvailable: every port has at least one ready endpoint.
+	ReasonEndpointsAvailable = "EndpointsAvailable"
+	// ReasonNoReadyEndpoints: some port has no ready endpoint.
+	ReasonNoReadyEndpoints = "NoReadyEndpoints"
+	// ReasonNoPorts: the resource exposes no port, so no endpoint can be available.
+	ReasonNoPorts = "NoPorts"
+	// ReasonReady: the Service is synced and every port has a ready endpoint.
+	ReasonReady = "Ready"
+	// ReasonServiceNotSynced: Ready is False because ServiceSynced is not True.
+	ReasonServiceNotSynced = "ServiceNotSynced"
+	// ReasonNameCollision: slice names of this resource collide with another live resource's.
+	ReasonNameCollision = "NameCollision"
+	// ReasonNoCollision: no slice name collision with another live resource.
+	ReasonNoCollision = "NoCollision"
 )
 
 // Observed is everything the status is computed from.
@@ -21,9 +44,12 @@ type Observed struct {
 	Service *corev1.Service
 	// ServiceSynced is the ServiceSynced condition decided by the Service sync.
 	ServiceSynced metav1.Condition
-	// Slices are the EndpointSlices of this resource. Not used yet: the endpoint conditions
-	// (EndpointsAvailable, Ready) and the per-port counts are computed from them here.
+	// Slices are the EndpointSlices of this resource (owned by its UID). The per-port counts,
+	// EndpointsAvailable and Ready are computed from them.
 	Slices []discoveryv1.EndpointSlice
+	// Neighbours are the other live resources of the namespace (the resource itself and
+	// resources being deleted are skipped). SliceNameConflict is computed from their names.
+	Neighbours []v1alpha1.ServiceWithHealthchecks
 	// Now stamps conditions whose status changes.
 	Now metav1.Time
 }
@@ -40,6 +66,26 @@ func Compute(o Observed) v1alpha1.ServiceWithHealthchecksStatus {
 	synced.LastTransitionTime = o.Now
 	meta.SetStatusCondition(&st.Conditions, synced)
 
+	st.Ports = Ports(o.Resource, o.Slices)
+	st.ReadySummary = Summary(st.Ports)
+	available := endpointsAvailable(st.Ports)
+	ready := metav1.Condition{Status: metav1.ConditionTrue, Reason: ReasonReady, Message: "the Service is synced and every port has a ready endpoint"}
+	switch {
+	case synced.Status != metav1.ConditionTrue:
+		ready = metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonServiceNotSynced, Message: "ServiceSynced is not True: " + synced.Message}
+	case available.Status != metav1.ConditionTrue:
+		ready = metav1.Condition{Status: metav1.ConditionFalse, Reason: available.Reason, Message: available.Message}
+	}
+	for _, c := range []metav1.Condition{
+		withType(available, v1alpha1.ConditionEndpointsAvailable),
+		withType(ready, v1alpha1.ConditionReady),
+		withType(nameConflict(o.Resource, o.Neighbours), v1alpha1.ConditionSliceNameConflict),
+	} {
+		c.ObservedGeneration = o.Resource.Generation
+		c.LastTransitionTime = o.Now
+		meta.SetStatusCondition(&st.Conditions, c)
+	}
+
 	if o.Service != nil {
 		st.ClusterIP = o.Service.Spec.ClusterIP
 		st.LoadBalancer = *o.Service.Status.LoadBalancer.DeepCopy()
@@ -53,4 +99,139 @@ func Compute(o Observed) v1alpha1.ServiceWithHealthchecksStatus {
 // Changed tells whether the computed status differs from the current one.
 func Changed(current, computed *v1alpha1.ServiceWithHealthchecksStatus) bool {
 	return !equality.Semantic.DeepEqual(current, computed)
+}
+
+func withType(c metav1.Condition, typ string) metav1.Condition {
+	c.Type = typ
+	return c
+}
+
+// endpointKey identifies an endpoint of a port: one address with one target port number.
+type endpointKey struct {
+	address string
+	port    int32
+}
+
+// Ports counts the endpoints of every Service port of swh across its slices. A slice belongs to
+// the port its port label (or, without one, its first port's name) names. An endpoint is
+// counted once per (address, target port), however many slices list it, and is ready when any
+// of them says it is ready (an unset ready condition means ready, as in Kubernetes).
+func Ports(swh *v1alpha1.ServiceWithHealthchecks, slices []discoveryv1.EndpointSlice) []v1alpha1.PortStatus {
+	if len(swh.Spec.Ports) == 0 {
+		return nil
+	}
+	out := make([]v1alpha1.PortStatus, 0, len(swh.Spec.Ports))
+	for _, p := range swh.Spec.Ports {
+		ready := map[endpointKey]bool{}
+		for i := range slices {
+			s := &slices[i]
+			if slicePort(s) != p.Name {
+				continue
+			}
+			var number int32
+			if len(s.Ports) > 0 && s.Ports[0].Port != nil {
+				number = *s.Ports[0].Port
+			}
+			for _, ep := range s.Endpoints {
+				isReady := ep.Conditions.Ready == nil || *ep.Conditions.Ready
+				for _, a := range ep.Addresses {
+					k := endpointKey{address: a, port: number}
+					ready[k] = ready[k] || isReady
+				}
+			}
+		}
+		ps := v1alpha1.PortStatus{Name: p.Name, Port: p.Port, TotalEndpoints: int32(len(ready))} //nolint:gosec // endpoint counts are far below 2^31.
+		for _, r := range ready {
+			if r {
+				ps.ReadyEndpoints++
+			}
+		}
+		out = append(out, ps)
+	}
+	return out
+}
+
+func slicePort(s *discoveryv1.EndpointSlice) string {
+	if v, ok := s.Labels[slicemeta.LabelPort]; ok {
+		return v
+	}
+	if len(s.Ports) > 0 && s.Ports[0].Name != nil {
+		return *s.Ports[0].Name
+	}
+	return ""
+}
+
+// Summary is the short text of the ready counts: "web 2/3, smtp 1/3", or "2/3" for a single
+// unnamed port, "" without ports.
+func Summary(ports []v1alpha1.PortStatus) string {
+	parts := make([]string, 0, len(ports))
+	for _, p := range ports {
+		counts := fmt.Sprintf("%d/%d", p.ReadyEndpoints, p.TotalEndpoints)
+		if p.Name == "" {
+			parts = append(parts, counts)
+			continue
+		}
+		parts = append(parts, p.Name+" "+counts)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// portLabel names a port in messages: its name, or its number when it has none.
+func portLabel(p v1alpha1.PortStatus) string {
+	if p.Name != "" {
+		return p.Name
+	}
+	return fmt.Sprintf("%d", p.Port)
+}
+
+func specPortLabel(p v1alpha1.ServicePort) string {
+	return portLabel(v1alpha1.PortStatus{Name: p.Name, Port: p.Port})
+}
+
+func endpointsAvailable(ports []v1alpha1.PortStatus) metav1.Condition {
+	if len(ports) == 0 {
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonNoPorts, Message: "the resource exposes no port"}
+	}
+	var missing []string
+	for _, p := range ports {
+		if p.ReadyEndpoints == 0 {
+			missing = append(missing, portLabel(p))
+		}
+	}
+	if len(missing) > 0 {
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonNoReadyEndpoints,
+			Message: "no ready endpoint for port " + strings.Join(missing, ", ")}
+	}
+	return metav1.Condition{Status: metav1.ConditionTrue, Reason: ReasonEndpointsAvailable, Message: "every port has a ready endpoint"}
+}
+
+// Collisions lists, for the ports of swh, the (resource, port) pairs of the neighbours whose
+// slice names collide with swh's on every node: the same slicemeta.Prefix. Collisions that
+// depend on node names are not detected.
+func Collisions(swh *v1alpha1.ServiceWithHealthchecks, neighbours []v1alpha1.ServiceWithHealthchecks) []string {
+	var out []string
+	for _, p := range swh.Spec.Ports {
+		mine := slicemeta.Prefix(swh.Name, p.Name)
+		for i := range neighbours {
+			n := &neighbours[i]
+			if n.Name == swh.Name || n.Namespace != swh.Namespace || n.DeletionTimestamp != nil {
+				continue
+			}
+			for _, q := range n.Spec.Ports {
+				if slicemeta.Prefix(n.Name, q.Name) == mine {
+					out = append(out, fmt.Sprintf("port %s collides with resource %s, port %s", specPortLabel(p), n.Name, specPortLabel(q)))
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func nameConflict(swh *v1alpha1.ServiceWithHealthchecks, neighbours []v1alpha1.ServiceWithHealthchecks) metav1.Condition {
+	if c := Collisions(swh, neighbours); len(c) > 0 {
+		return metav1.Condition{Status: metav1.ConditionTrue, Reason: ReasonNameCollision,
+			Message: "EndpointSlice names collide on every node, neither resource's slices are overwritten: " + strings.Join(c, "; ")}
+	}
+	return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonNoCollision, Message: "no slice name collides with another resource's"}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
@@ -19,7 +20,7 @@ func TestCompute(t *testing.T) {
 		Spec:   corev1.ServiceSpec{ClusterIP: "10.0.0.10"},
 		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "192.0.2.1"}}}},
 	}
-	other := metav1.Condition{Type: v1alpha1.ConditionEndpointsAvailable, Status: metav1.ConditionFalse, Reason: "NoEndpoints", LastTransitionTime: earlier}
+	other := metav1.Condition{Type: "ComputedElsewhere", Status: metav1.ConditionFalse, Reason: "Elsewhere", LastTransitionTime: earlier}
 	withStatus := func(st v1alpha1.ServiceWithHealthchecksStatus) *v1alpha1.ServiceWithHealthchecks {
 		return &v1alpha1.ServiceWithHealthchecks{ObjectMeta: metav1.ObjectMeta{Generation: 3}, Status: st}
 	}
@@ -59,8 +60,15 @@ func TestCompute(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			got := Compute(tc.in)
-			assert.Equal(t, tc.want, got)
-			assert.False(t, Changed(&got, &tc.want))
+			// Only what this table is about: the endpoint and conflict conditions have their own.
+			for _, typ := range []string{v1alpha1.ConditionEndpointsAvailable, v1alpha1.ConditionReady, v1alpha1.ConditionSliceNameConflict} {
+				assert.NotNil(t, meta.FindStatusCondition(got.Conditions, typ), typ)
+			}
+			trimmed := *got.DeepCopy()
+			for _, typ := range []string{v1alpha1.ConditionEndpointsAvailable, v1alpha1.ConditionReady, v1alpha1.ConditionSliceNameConflict} {
+				meta.RemoveStatusCondition(&trimmed.Conditions, typ)
+			}
+			assert.Equal(t, tc.want, trimmed)
 			again := Compute(Observed{Resource: withStatus(got), Service: tc.in.Service, ServiceSynced: tc.in.ServiceSynced, Now: metav1.NewTime(now.Add(time.Hour))})
 			assert.False(t, Changed(&got, &again), "computing again from the result changes nothing")
 		})
