@@ -1,0 +1,339 @@
+package agent_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/agent"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/lease"
+	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
+)
+
+// The liveness tests run real agents (in this process, renewing their node Leases) against the
+// real controller program (built from images/controller and started as a process: its
+// packages are internal to another module) with a short grace. See docs/LIVENESS.md.
+
+// livenessGrace is the controller's --agent-lost-grace in these tests.
+const livenessGrace = 4 * time.Second
+
+// withLease makes the agent renew its node Lease in ns every 500 ms, as the agent program does
+// every 10 s (the interval is shortened to fit the short grace).
+func withLease(t *testing.T, c *cluster.Cluster, ns, node string) agentOpt {
+	t.Helper()
+	lc, err := client.New(c.Env.Config, client.Options{})
+	require.NoError(t, err)
+	return func(o *agent.Options) {
+		o.LeaseNamespace = ns
+		o.Runnables = append(o.Runnables, &lease.Renewer{Client: lc, Namespace: ns, Node: node, Interval: 500 * time.Millisecond})
+	}
+}
+
+// controllerProcess is the controller program running against the cluster's API server.
+type controllerProcess struct {
+	metricsAddr string
+}
+
+// startController builds the controller program and runs it with the liveness runner judging
+// the Leases of leaseNS with livenessGrace; it is stopped (by its PID) when the test ends.
+// Leader election is off: a frozen API server must not make it lose leadership and exit.
+func startController(t *testing.T, c *cluster.Cluster, leaseNS string) *controllerProcess {
+	t.Helper()
+	root, err := controlplane.RepoRoot()
+	require.NoError(t, err)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "controller")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "./cmd/controller")
+	build.Dir = filepath.Join(root, "images", "controller")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "building the controller: %s", out)
+	kubeconfig, err := c.Env.WriteKubeConfig(dir)
+	require.NoError(t, err)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	metricsAddr := l.Addr().String()
+	require.NoError(t, l.Close())
+
+	var logs bytes.Buffer
+	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--metrics-bind-address="+metricsAddr, //nolint:gosec // our own binary
+		"--health-probe-bind-address=0", "--leader-elect=false", "--agent-lease-namespace="+leaseNS,
+		"--agent-lost-grace="+livenessGrace.String())
+	cmd.Env = append(os.Environ(), "KUBECONFIG=")
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("controller output:\n%s", logs.String())
+		}
+	})
+	p := &controllerProcess{metricsAddr: metricsAddr}
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		_, err := p.metric(t.Context(), "swh_controller_withdrawn_slices_total")
+		assert.NoError(ct, err)
+	}, 60*time.Second, 100*time.Millisecond, "the controller serves its metrics")
+	return p
+}
+
+// metric reads an unlabelled metric of the controller.
+func (p *controllerProcess) metric(ctx context.Context, name string) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metricsAddr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("scraping the controller: %w", err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, fmt.Errorf("metric %s not found", name)
+}
+
+func (p *controllerProcess) requireMetric(t *testing.T, name string) float64 {
+	t.Helper()
+	v, err := p.metric(t.Context(), name)
+	require.NoError(t, err)
+	return v
+}
+
+// endpointEvent is one endpoint of a slice as a watch event showed it.
+type endpointEvent struct {
+	at    time.Time
+	slice string
+	ip    string
+	rst   string
+}
+
+// endpointWatch records every endpoint of every slice event of a namespace, from a watch opened
+// at once; if the watch ends, it is reopened from the last seen resourceVersion (so no change is
+// missed).
+type endpointWatch struct {
+	mu     sync.Mutex
+	events []endpointEvent
+	errs   []string
+}
+
+func watchEndpoints(t *testing.T, c *cluster.Cluster, ns string) *endpointWatch {
+	t.Helper()
+	wc, err := client.NewWithWatch(c.Env.Config, client.Options{Scheme: c.Env.Scheme})
+	require.NoError(t, err)
+	var list discoveryv1.EndpointSliceList
+	require.NoError(t, c.Env.Client.List(t.Context(), &list, client.InNamespace(ns)))
+	ew := &endpointWatch{}
+	w, err := wc.Watch(t.Context(), &discoveryv1.EndpointSliceList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rv := list.ResourceVersion
+		for {
+			for ev := range w.ResultChan() {
+				if ev.Type == watch.Error {
+					ew.mu.Lock()
+					ew.errs = append(ew.errs, fmt.Sprintf("%v", ev.Object))
+					ew.mu.Unlock()
+					continue
+				}
+				s, ok := ev.Object.(*discoveryv1.EndpointSlice)
+				if !ok {
+					continue
+				}
+				rv = s.ResourceVersion
+				if ev.Type == watch.Bookmark {
+					continue
+				}
+				ew.mu.Lock()
+				for _, e := range s.Endpoints {
+					ew.events = append(ew.events, endpointEvent{at: time.Now(), slice: s.Name, ip: e.Addresses[0],
+						rst: tf(e.Conditions.Ready) + tf(e.Conditions.Serving) + tf(e.Conditions.Terminating)})
+				}
+				ew.mu.Unlock()
+			}
+			for {
+				if ctx.Err() != nil {
+					return
+				}
+				w, err = wc.Watch(ctx, &discoveryv1.EndpointSliceList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
+				if err == nil {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); w.Stop(); <-done })
+	return ew
+}
+
+// of returns the recorded conditions of one endpoint, in order.
+func (w *endpointWatch) of(ip string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, e := range w.events {
+		if e.ip == ip {
+			out = append(out, e.rst)
+		}
+	}
+	return out
+}
+
+func (w *endpointWatch) errors() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.errs...)
+}
+
+// Issue 7, test 1: an agent that stops renewing its Lease has its node's endpoints withdrawn
+// by the controller after the grace (still ready at half of it), the slice kept; started again,
+// the agent republishes them ready after its own decisive results. The other node is untouched.
+func TestAStoppedAgentsEndpointsAreWithdrawnAfterTheGraceAndReturnWithIt(t *testing.T) {
+	c := testCluster(t)
+	ns := c.Env.CreateNamespaceForTest(t, "lost")
+	labels := map[string]string{"app": "web"}
+	a := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-a", Node: "node-a", Labels: labels, ContainerPorts: vmPorts})
+	b := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-b", Node: "node-b", Labels: labels, ContainerPorts: vmPorts})
+	a.ServeHTTP(t, 8080)
+	b.ServeHTTP(t, 8080)
+	createResource(t, c, ns, "web", labels, []v1alpha1.ServicePort{namedPort("http", 80, intstr.FromInt32(8080))}, httpProbe(intstr.FromInt32(8080), 1, 2))
+	ctl := startController(t, c, ns)
+	startAgent(t, c, "node-a", withLease(t, c, ns, "node-a"))
+	agentB := startAgent(t, c, "node-b", withLease(t, c, ns, "node-b"))
+	bothReady := map[string]map[string]string{"web-http-node-a": {ip(a): "TTF"}, "web-http-node-b": {ip(b): "TTF"}}
+	eventuallySlices(t, c, ns, "web", bothReady)
+	require.Eventually(t, func() bool { return ctl.requireMetric(t, "swh_controller_agents_known") == 2 }, 30*time.Second, 100*time.Millisecond,
+		"the controller sees both agents")
+
+	agentB.stop()
+	require.Never(t, func() bool {
+		got, err := slicesOf(t.Context(), c, ns, "web")
+		return err == nil && got["web-http-node-b"].Endpoints[ip(b)] != "TTF"
+	}, livenessGrace/2, 100*time.Millisecond, "a silent agent's endpoints stay ready within the grace")
+	got := eventuallySlices(t, c, ns, "web", map[string]map[string]string{
+		"web-http-node-a": {ip(a): "TTF"},
+		"web-http-node-b": {ip(b): "FFF"},
+	})
+	assert.Equal(t, map[string]string{ip(b): "web-b"}, got["web-http-node-b"].Pods, "the withdrawn slice keeps its endpoint for the returning agent")
+	assert.Equal(t, 1.0, ctl.requireMetric(t, "swh_controller_withdrawn_slices_total"))
+
+	startAgent(t, c, "node-b", withLease(t, c, ns, "node-b"))
+	eventuallySlices(t, c, ns, "web", bothReady)
+	assert.Equal(t, 1.0, ctl.requireMetric(t, "swh_controller_withdrawn_slices_total"), "the returning agent is not withdrawn again")
+}
+
+// Issue 7, test 3: the API server frozen (SIGSTOP) for twice the grace and then resumed. No
+// endpoint of a live agent ever leaves ready (watched from before the freeze), a probe result
+// that changed during the freeze is published after it, and the controller, blind meanwhile
+// (its Lease lists failed), withdrew nothing.
+func TestAnAPIOutageWithdrawsNothingAndTheAgentsPublishAfterIt(t *testing.T) {
+	c := testCluster(t)
+	ns := c.Env.CreateNamespaceForTest(t, "outage")
+	labels := map[string]string{"app": "web"}
+	a := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-a", Node: "node-a", Labels: labels, ContainerPorts: vmPorts})
+	b := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-b", Node: "node-b", Labels: labels, ContainerPorts: vmPorts})
+	b2 := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-b2", Node: "node-b", Labels: labels, ContainerPorts: vmPorts})
+	a.ServeHTTP(t, 8080)
+	b.ServeHTTP(t, 8080)
+	srvB2 := b2.ServeHTTP(t, 8080)
+	w := watchEndpoints(t, c, ns)
+	createResource(t, c, ns, "web", labels, []v1alpha1.ServicePort{namedPort("http", 80, intstr.FromInt32(8080))}, httpProbe(intstr.FromInt32(8080), 1, 2))
+	ctl := startController(t, c, ns)
+	startAgent(t, c, "node-a", withLease(t, c, ns, "node-a"))
+	startAgent(t, c, "node-b", withLease(t, c, ns, "node-b"))
+	eventuallySlices(t, c, ns, "web", map[string]map[string]string{
+		"web-http-node-a": {ip(a): "TTF"},
+		"web-http-node-b": {ip(b): "TTF", ip(b2): "TTF"},
+	})
+	require.Eventually(t, func() bool { return ctl.requireMetric(t, "swh_controller_agents_known") == 2 }, 30*time.Second, 100*time.Millisecond,
+		"the controller sees both agents")
+	require.Eventually(t, func() bool { return slices.Contains(w.of(ip(a)), "TTF") && slices.Contains(w.of(ip(b)), "TTF") }, 30*time.Second, 50*time.Millisecond,
+		"the watch shows the endpoints ready before the freeze")
+	errorsBefore := ctl.requireMetric(t, "swh_controller_withdraw_errors_total")
+	require.Equal(t, 0.0, ctl.requireMetric(t, "swh_controller_withdrawn_slices_total"))
+
+	require.NoError(t, c.Env.Freeze())
+	thawed := false
+	t.Cleanup(func() {
+		if !thawed {
+			assert.NoError(t, c.Env.Thaw())
+		}
+	})
+	srvB2.Stop() // a probe result that changes while nobody can publish it
+	// The outage itself: the API server stays stopped for twice the grace.
+	<-time.After(2 * livenessGrace)
+	require.NoError(t, c.Env.Thaw())
+	thawed = true
+
+	eventuallySlices(t, c, ns, "web", map[string]map[string]string{
+		"web-http-node-a": {ip(a): "TTF"},
+		"web-http-node-b": {ip(b): "TTF", ip(b2): "FFF"},
+	})
+	require.Eventually(t, func() bool {
+		return ctl.requireMetric(t, "swh_controller_withdraw_errors_total") > errorsBefore
+	}, 30*time.Second, 100*time.Millisecond, "the controller was blind during the freeze (its Lease lists failed)")
+	// Give the controller more than a grace after the thaw to withdraw wrongly.
+	require.Never(t, func() bool {
+		got, err := slicesOf(t.Context(), c, ns, "web")
+		return err == nil && (got["web-http-node-a"].Endpoints[ip(a)] != "TTF" || got["web-http-node-b"].Endpoints[ip(b)] != "TTF")
+	}, livenessGrace+time.Second, 100*time.Millisecond, "live agents' endpoints stay ready after the outage")
+	assert.Equal(t, 0.0, ctl.requireMetric(t, "swh_controller_withdrawn_slices_total"), "the controller withdrew nothing")
+	assert.Equal(t, 2.0, ctl.requireMetric(t, "swh_controller_agents_known"), "the controller sees both agents again")
+
+	assert.Empty(t, w.errors(), "the watch saw no errors")
+	for _, p := range []*cluster.Pod{a, b} {
+		// A new endpoint is first published not ready (no decisive result yet); from its
+		// first ready on, it must never leave ready.
+		seen := w.of(ip(p))
+		first := slices.Index(seen, "TTF")
+		require.GreaterOrEqual(t, first, 0, "the watch saw %s ready: %v", p.Key(), seen)
+		for i, rst := range seen[first:] {
+			assert.Equal(t, "TTF", rst, "%s in watch event %d of %v: a live agent's endpoint left ready", p.Key(), first+i, seen)
+		}
+	}
+	assert.Contains(t, w.of(ip(b2)), "FFF", "the watch saw the change made during the freeze published")
+}
