@@ -243,21 +243,32 @@ func caPool(pemData string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// tlsReason turns a handshake error into "TLS: ...".
-func tlsReason(ctx context.Context, err error, timeout time.Duration) string {
+// certificateReason names a server certificate that failed verification, for the HTTPS and
+// PostgreSQL probers alike.
+func certificateReason(err error) (string, bool) {
 	var (
 		unknownAuthority x509.UnknownAuthorityError
 		hostname         x509.HostnameError
 		invalid          x509.CertificateInvalidError
-		recordHeader     tls.RecordHeaderError
 	)
 	switch {
 	case errors.As(err, &unknownAuthority):
-		return "TLS: certificate signed by unknown authority"
+		return "TLS: certificate signed by unknown authority", true
 	case errors.As(err, &hostname):
-		return "TLS: certificate is not valid for " + hostname.Host
+		return "TLS: certificate is not valid for " + hostname.Host, true
 	case errors.As(err, &invalid):
-		return "TLS: " + invalid.Error()
+		return "TLS: " + invalid.Error(), true
+	}
+	return "", false
+}
+
+// tlsReason turns a handshake error into "TLS: ...".
+func tlsReason(ctx context.Context, err error, timeout time.Duration) string {
+	if reason, ok := certificateReason(err); ok {
+		return reason
+	}
+	var recordHeader tls.RecordHeaderError
+	switch {
 	case errors.As(err, &recordHeader):
 		return "TLS: server did not answer with TLS"
 	case isTimeout(err), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

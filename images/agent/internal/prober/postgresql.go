@@ -242,18 +242,8 @@ func pgConnectReason(ctx context.Context, err error, timeout time.Duration, noSe
 	case strings.Contains(msg, "server refused TLS connection"):
 		return "TLS: server does not accept TLS"
 	}
-	var (
-		unknownAuthority x509.UnknownAuthorityError
-		hostname         x509.HostnameError
-		invalid          x509.CertificateInvalidError
-	)
-	switch {
-	case errors.As(err, &unknownAuthority):
-		return "TLS: certificate signed by unknown authority"
-	case errors.As(err, &hostname):
-		return "TLS: certificate is not valid for " + hostname.Host
-	case errors.As(err, &invalid):
-		return "TLS: " + invalid.Error()
+	if reason, ok := certificateReason(err); ok {
+		return reason
 	}
 	var opErr *net.OpError
 	if errors.As(err, &opErr) || errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
