@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"syscall"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
+	"github.com/deckhouse/service-with-healthchecks/testkit/process"
 )
 
 // TestTheProgramRenewsItsNodeLease runs the agent program against a real API server and finds
@@ -29,23 +29,7 @@ func TestTheProgramRenewsItsNodeLease(t *testing.T) {
 		"--lease-namespace="+ns, "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "SWH_AGENT_RUN_MAIN=1")
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("agent output:\n%s", out.String())
-		}
-	})
+	process.StartForTest(t, "agent", cmd)
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var l coordinationv1.Lease

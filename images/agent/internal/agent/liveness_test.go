@@ -2,7 +2,6 @@ package agent_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -14,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -31,6 +29,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/lease"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
+	"github.com/deckhouse/service-with-healthchecks/testkit/process"
 )
 
 // The liveness tests run real agents (in this process, renewing their node Leases) against the
@@ -77,27 +76,11 @@ func startController(t *testing.T, c *cluster.Cluster, leaseNS string) *controll
 	metricsAddr := l.Addr().String()
 	require.NoError(t, l.Close())
 
-	var logs bytes.Buffer
 	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--metrics-bind-address="+metricsAddr, //nolint:gosec // our own binary
 		"--health-probe-bind-address=0", "--leader-elect=false", "--agent-lease-namespace="+leaseNS,
 		"--agent-lost-grace="+livenessGrace.String())
 	cmd.Env = append(os.Environ(), "KUBECONFIG=")
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	require.NoError(t, cmd.Start())
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("controller output:\n%s", logs.String())
-		}
-	})
+	process.StartForTest(t, "controller", cmd)
 	p := &controllerProcess{metricsAddr: metricsAddr}
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		_, err := p.metric(t.Context(), "swh_controller_withdrawn_slices_total")
