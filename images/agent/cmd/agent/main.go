@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
 	"go.uber.org/zap/zapcore"
@@ -42,6 +43,7 @@ type flags struct {
 	metricsBindAddress     string
 	healthProbeBindAddress string
 	leaseNamespace         string
+	leaseRenewInterval     time.Duration
 	probeConcurrency       int
 	kubeAPIQPS             float64
 	kubeAPIBurst           int
@@ -56,6 +58,7 @@ func parse(args []string) (flags, error) {
 	fs.StringVar(&f.metricsBindAddress, "metrics-bind-address", agent.DefaultMetricsBindAddress, "Address of the /metrics endpoint (\"0\" disables it); keep it on 127.0.0.1 behind kube-rbac-proxy.")
 	fs.StringVar(&f.healthProbeBindAddress, "health-probe-bind-address", agent.DefaultHealthProbeBindAddress, "Address of the /healthz and /readyz endpoints (\"0\" disables them).")
 	fs.StringVar(&f.leaseNamespace, "lease-namespace", agent.DefaultLeaseNamespace, "Namespace of the node Leases the agents renew.")
+	fs.DurationVar(&f.leaseRenewInterval, "lease-renew-interval", lease.DefaultRenewInterval, "How often the node Lease is renewed; keep it well below the controller's --agent-lost-grace (a few renewals fit in one grace).")
 	fs.IntVar(&f.probeConcurrency, "probe-concurrency", agent.DefaultProbeConcurrency, "Maximum number of probes running at once on this node.")
 	fs.Float64Var(&f.kubeAPIQPS, "kube-api-qps", 20, "Queries per second to the API server.")
 	fs.IntVar(&f.kubeAPIBurst, "kube-api-burst", 40, "Burst of queries to the API server.")
@@ -75,6 +78,8 @@ func parse(args []string) (flags, error) {
 		return f, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	case f.nodeName == "":
 		return f, fmt.Errorf("--node-name (or $NODE_NAME) is required")
+	case f.leaseRenewInterval <= 0:
+		return f, fmt.Errorf("--lease-renew-interval must be positive, not %s", f.leaseRenewInterval)
 	case f.probeConcurrency < 1:
 		return f, fmt.Errorf("--probe-concurrency must be at least 1, not %d", f.probeConcurrency)
 	case f.kubeAPIQPS <= 0:
@@ -125,7 +130,7 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("creating the Lease client: %w", err)
 	}
-	renewer := &lease.Renewer{Client: leaseClient, Namespace: f.leaseNamespace, Node: f.nodeName, Log: log.WithName("lease")}
+	renewer := &lease.Renewer{Client: leaseClient, Namespace: f.leaseNamespace, Node: f.nodeName, Interval: f.leaseRenewInterval, Log: log.WithName("lease")}
 
 	a, err := agent.New(agent.Options{
 		NodeName:               f.nodeName,

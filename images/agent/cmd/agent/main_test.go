@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -52,6 +53,8 @@ func TestParse(t *testing.T) {
 		"a stray argument is an error":             {env: "node-a", args: []string{"extra"}, want: "unexpected arguments: [extra]"},
 		"a non-positive API rate is an error":      {env: "node-a", args: []string{"--kube-api-qps=0"}, want: "--kube-api-qps must be positive, not 0"},
 		"a burst below one is an error":            {env: "node-a", args: []string{"--kube-api-burst=0"}, want: "--kube-api-burst must be at least 1, not 0"},
+		"a short lease renewal is accepted":        {env: "node-a", args: []string{"--lease-renew-interval=500ms"}},
+		"a zero lease renewal is an error":         {env: "node-a", args: []string{"--lease-renew-interval=0s"}, want: "--lease-renew-interval must be positive, not 0s"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -77,6 +80,7 @@ func TestDefaults(t *testing.T) {
 		metricsBindAddress:     agent.DefaultMetricsBindAddress,
 		healthProbeBindAddress: agent.DefaultHealthProbeBindAddress,
 		leaseNamespace:         "d8-service-with-healthchecks",
+		leaseRenewInterval:     10 * time.Second,
 		probeConcurrency:       agent.DefaultProbeConcurrency,
 		kubeAPIQPS:             20,
 		kubeAPIBurst:           40,
