@@ -56,6 +56,10 @@ build: ## Build the programs and the hooks binary as static binaries into bin/ (
 test: deps tools ## Run every test of every module (real API server, real servers); builds what it needs first.
 	go test $(GO_TEST_FLAGS) $(addprefix ./,$(addsuffix /...,$(MODULES)))
 
+.PHONY: bench
+bench: deps tools ## Run every benchmark suite (bench/run.sh: bench/*/run.sh in order) and print one markdown report; BENCH_SUITES="a b" picks suites.
+	bench/run.sh
+
 .PHONY: bench-probes
 bench-probes: deps ## Benchmark our TCP/HTTP/PostgreSQL probers and the kubelet's TCP/HTTP probers (docs/BENCHMARKS.md).
 	bench/probes/run.sh

@@ -17,9 +17,21 @@ trap 'rm -rf "$tmp"' EXIT
 (cd "$root/images/agent" && go test -c -o "$tmp/agent.test" ./internal/prober/)
 (cd "$root/bench/probes" && GOWORK=off go test -c -o "$tmp/kubelet.test" .)
 flags=(-test.run '^$' -test.bench "$bench" -test.benchmem -test.benchtime "$benchtime")
+# Raw lines go to stderr; stdout gets the markdown section that bench/run.sh collects.
 for i in $(seq 1 "$rounds"); do
-	echo "== round $i: agent prober (images/agent/internal/prober)"
-	(cd "$root/images/agent/internal/prober" && "$tmp/agent.test" "${flags[@]}") | grep -E '^Benchmark'
-	echo "== round $i: kubelet prober (k8s.io/kubernetes v1.37.2 pkg/probe)"
-	(cd "$root/bench/probes" && "$tmp/kubelet.test" "${flags[@]}") | grep -E '^Benchmark'
+	echo "== round $i: agent prober (images/agent/internal/prober)" >&2
+	(cd "$root/images/agent/internal/prober" && "$tmp/agent.test" "${flags[@]}") | grep -E '^Benchmark' | sed 's/^/ours /' | tee -a "$tmp/results" >&2
+	echo "== round $i: kubelet prober (k8s.io/kubernetes v1.37.2 pkg/probe)" >&2
+	(cd "$root/bench/probes" && "$tmp/kubelet.test" "${flags[@]}") | grep -E '^Benchmark' | sed 's/^/kubelet /' | tee -a "$tmp/results" >&2
+done
+echo "## Probers: ours against the kubelet's (bench/probes)"
+echo
+echo "Median of $rounds rounds, -benchtime $benchtime, one probe per operation against a loopback server."
+echo
+echo "| prober | benchmark | ns/op | B/op | allocs/op |"
+echo "| --- | --- | ---: | ---: | ---: |"
+for key in $(awk '{print $1 "/" $2}' "$tmp/results" | sort -u); do
+	side="${key%%/*}" name="${key#*/}"
+	med() { awk -v s="$side" -v n="$name" -v u="$1" '$1 == s && $2 == n { for (i = 3; i < NF; i++) if ($(i+1) == u) print $i }' "$tmp/results" | sort -g | awk '{v[NR] = $1} END {if (NR) print v[int((NR+1)/2)]; else print "-"}'; }
+	echo "| $side | ${name%-*} | $(med ns/op) | $(med B/op) | $(med allocs/op) |"
 done
