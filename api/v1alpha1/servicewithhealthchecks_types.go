@@ -424,7 +424,7 @@ type ServiceWithHealthchecksStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions: ServiceSynced, EndpointsAvailable, SliceNameConflict and Ready.
+	// Conditions: ServiceSynced, EndpointsAvailable, SliceNameConflict, AgentsStale and Ready.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -467,4 +467,8 @@ const (
 	ConditionEndpointsAvailable = "EndpointsAvailable"
 	ConditionSliceNameConflict  = "SliceNameConflict"
 	ConditionReady              = "Ready"
+	// ConditionAgentsStale is True while an agent publishing endpoints of the resource looks
+	// stale to the controller: its endpoints are withdrawn, or kept while the liveness guard
+	// holds (more than half of the agents stale at once). It does not affect Ready.
+	ConditionAgentsStale = "AgentsStale"
 )
