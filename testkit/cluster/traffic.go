@@ -26,8 +26,10 @@ type TrafficOptions struct {
 	Port int32
 	// Address, instead of Service, is an IP to dial directly (a pod, a node).
 	Address string
-	// Protocol is what the servers speak: HTTP (default), TCP or SMTP.
+	// Protocol is what the servers speak: HTTP (default), TCP, SMTP or PostgreSQL.
 	Protocol Protocol
+	// PostgreSQL is how the PostgreSQL protocol logs in (nil: postgres, no password).
+	PostgreSQL *PostgreSQLLogin
 	// Interval between the starts of two requests (default 10 ms). Requests are sequential,
 	// each on a new connection, so kube-proxy chooses an endpoint for every one.
 	Interval time.Duration
@@ -244,6 +246,8 @@ func (tr *Traffic) run(ctx context.Context, target string, opts TrafficOptions) 
 			res.Pod, res.OK, res.Err = requestTCP(ctx, target, opts.Timeout)
 		case SMTP:
 			res.Pod, res.OK, res.Err = requestSMTP(ctx, target, opts.Timeout)
+		case PostgreSQL:
+			res.Pod, res.OK, res.Err = requestPostgreSQL(ctx, target, opts.PostgreSQL, opts.Timeout)
 		default:
 			res.Err = fmt.Sprintf("unknown protocol %q", opts.Protocol)
 		}
