@@ -1,0 +1,236 @@
+package capacity
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/kubernetes/pkg/probe"
+	httpprobe "k8s.io/kubernetes/pkg/probe/http"
+	tcpprobe "k8s.io/kubernetes/pkg/probe/tcp"
+)
+
+// BenchmarkKubeletCapacity drives n probe targets with a 1 s period the way the kubelet does
+// (pkg/kubelet/prober/worker.go: one goroutine per probe that sleeps a random part of the
+// period, then probes on every tick of a time.Ticker), with the kubelet's own probe code. Only
+// the probe path is here: no results cache, no status manager, no pod workers, so this is a
+// lower bound of the kubelet's cost. Lag is how late a probe starts against its tick.
+//
+//	cd bench/capacity && GOWORK=off go test -run '^$' -bench 'KubeletCapacity/tcp/10000$' -benchtime 1x
+//
+// Environment as for the agent's BenchmarkCapacity: SWH_CAPACITY_SERVER, SWH_CAPACITY_WARMUP
+// (5s), SWH_CAPACITY_DURATION (20s).
+func BenchmarkKubeletCapacity(b *testing.B) {
+	addrs := startServer(b)
+	for _, mode := range []string{"tcp", "http"} {
+		for _, n := range []int{1000, 5000, 10000} {
+			b.Run(fmt.Sprintf("%s/%d", mode, n), func(b *testing.B) {
+				runKubelet(b, mode, n, addrs[mode])
+			})
+		}
+	}
+}
+
+func runKubelet(b *testing.B, mode string, n int, addrs []string) {
+	warmup := envDuration(b, "SWH_CAPACITY_WARMUP", 5*time.Second)
+	measure := envDuration(b, "SWH_CAPACITY_DURATION", 20*time.Second)
+	const period = time.Second
+	const timeout = time.Second
+
+	tcp := tcpprobe.New()
+	httpProber := httpprobe.New(false)
+	var recording atomic.Bool
+	var mu sync.Mutex
+	var lags []float64
+	var runs, failures atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		host, portStr, err := net.SplitHostPort(addrs[i%len(addrs)])
+		if err != nil {
+			b.Fatal(err)
+		}
+		port, _ := strconv.Atoi(portStr)
+		action := &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt(port), Scheme: corev1.URISchemeHTTP}
+		container := &corev1.Container{}
+		run := func() bool {
+			if mode == "tcp" {
+				res, _, err := tcp.Probe(host, port, timeout)
+				return err == nil && res == probe.Success
+			}
+			// The kubelet builds the request for every run (pkg/kubelet/prober.runProbe).
+			req, err := httpprobe.NewRequestForHTTPGetAction(action, container, host, "probe")
+			if err != nil {
+				return false
+			}
+			res, _, err := httpProber.Probe(req, timeout)
+			return err == nil && res == probe.Success
+		}
+		wg.Go(func() {
+			select {
+			case <-time.After(time.Duration(rand.Int64N(int64(period)))):
+			case <-stop:
+				return
+			}
+			ticker := time.NewTicker(period)
+			defer ticker.Stop()
+			start := time.Now()
+			for {
+				if recording.Load() {
+					since := time.Since(start)
+					lag := since - since.Truncate(period)
+					mu.Lock()
+					lags = append(lags, lag.Seconds())
+					mu.Unlock()
+				}
+				ok := run()
+				runs.Add(1)
+				if !ok {
+					failures.Add(1)
+				}
+				select {
+				case <-ticker.C:
+				case <-stop:
+					return
+				}
+			}
+		})
+	}
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+
+	time.Sleep(warmup) // a benchmark, not a test: the load runs for a fixed time
+	b.ResetTimer()
+	mu.Lock()
+	lags = make([]float64, 0, 1<<18)
+	mu.Unlock()
+	runs.Store(0)
+	failures.Store(0)
+	recording.Store(true)
+	cpu0, wall0 := cpuTime(b), time.Now()
+	time.Sleep(measure)
+	cpu1, wall1 := cpuTime(b), time.Now()
+	recording.Store(false)
+	b.StopTimer()
+	mu.Lock()
+	got := lags
+	mu.Unlock()
+	r, f := runs.Load(), failures.Load()
+
+	wall := wall1.Sub(wall0).Seconds()
+	b.ReportMetric((cpu1-cpu0).Seconds()/wall, "cpu-cores")
+	b.ReportMetric(float64(peakRSS(b))/(1<<20), "peak-RSS-MiB")
+	b.ReportMetric(percentile(got, 0.50)*1000, "lag-p50-ms")
+	b.ReportMetric(percentile(got, 0.99)*1000, "lag-p99-ms")
+	b.ReportMetric(float64(r)/wall, "probes/s")
+	b.ReportMetric(float64(f)/wall, "failures/s")
+	if r > 0 {
+		b.ReportMetric((cpu1-cpu0).Seconds()/float64(r)*1e6, "cpu-µs/probe")
+	}
+}
+
+// The helpers below match images/agent/internal/scheduler/capacity_bench_test.go.
+
+func percentile(vs []float64, p float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	slices.Sort(vs)
+	return vs[min(int(float64(len(vs))*p), len(vs)-1)]
+}
+
+// cpuTime is the user and system CPU time of this process so far.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// peakRSS is the process's peak resident set size (VmHWM) in bytes.
+func peakRSS(b *testing.B) int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	b.Fatal("no VmHWM in /proc/self/status")
+	return 0
+}
+
+func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		b.Fatalf("%s=%q: %v", name, v, err)
+	}
+	return d
+}
+
+// startServer runs ./server in a process of its own and returns its listener addresses by
+// protocol; it stops when the benchmark ends.
+func startServer(b *testing.B) map[string][]string {
+	bin := os.Getenv("SWH_CAPACITY_SERVER")
+	if bin == "" {
+		bin = filepath.Join(b.TempDir(), "server")
+		if out, err := exec.Command("go", "build", "-o", bin, "./server").CombinedOutput(); err != nil {
+			b.Fatalf("building the capacity server: %v\n%s", err, out)
+		}
+	}
+	cmd := exec.Command(bin)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("starting the capacity server: %v", err)
+	}
+	b.Cleanup(func() {
+		_ = stdin.Close() // the server exits when its stdin closes
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(stdout).ReadBytes('\n')
+	if err != nil {
+		b.Fatalf("reading the capacity server's addresses: %v", err)
+	}
+	addrs := map[string][]string{}
+	if err := json.Unmarshal(line, &addrs); err != nil {
+		b.Fatalf("parsing the capacity server's addresses %q: %v", line, err)
+	}
+	return addrs
+}

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Probe capacity of one agent (issue 11, benchmark 1): n targets with a 1 s period, TCP and
+# HTTP, probed by the agent's scheduler and prober (BenchmarkCapacity in
+# images/agent/internal/scheduler) and, for the ratio, by the kubelet's own probe code driven
+# the kubelet's way (BenchmarkKubeletCapacity, this module). The targets are listeners of
+# ./server, a process of its own, so the CPU time and peak RSS are the prober's alone. Every case
+# runs in a fresh process (peak RSS is a high-water mark), ours and the kubelet's in
+# alternation, CAPACITY_ROUNDS times; stdout gets the medians as a markdown section (bench/run.sh),
+# raw benchmark lines go to stderr. Results: docs/BENCHMARKS.md.
+#
+#   bench/capacity/run.sh       # 3 rounds x {tcp,http} x {1000,5000,10000} x {agent,kubelet}: about 16 min
+#   CAPACITY_ROUNDS=1 CAPACITY_SIZES=10000 CAPACITY_MODES=tcp CAPACITY_KUBELET=0 bench/capacity/run.sh
+#
+# Knobs: CAPACITY_ROUNDS (3), CAPACITY_SIZES ("1000 5000 10000"), CAPACITY_MODES ("tcp http"),
+# CAPACITY_KUBELET (1: also run the kubelet's prober), SWH_CAPACITY_WARMUP (5s),
+# SWH_CAPACITY_DURATION (20s, the measured window after the warm-up).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+rounds="${CAPACITY_ROUNDS:-3}"
+sizes="${CAPACITY_SIZES:-1000 5000 10000}"
+modes="${CAPACITY_MODES:-tcp http}"
+kubelet="${CAPACITY_KUBELET:-1}"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+(cd "$root/bench/capacity" && GOWORK=off go build -o "$tmp/server" ./server)
+(cd "$root/images/agent" && go test -c -o "$tmp/agent.test" ./internal/scheduler/)
+if [[ "$kubelet" == 1 ]]; then
+	(cd "$root/bench/capacity" && GOWORK=off go test -c -o "$tmp/kubelet.test" .)
+fi
+export SWH_CAPACITY_SERVER="$tmp/server"
+
+bench() { # bench <impl> <binary> <benchmark regexp>
+	local line
+	line="$("$2" -test.run '^$' -test.bench "$3" -test.benchtime 1x | grep -E '^Benchmark' || true)"
+	echo "$1 $line (load $(cut -d' ' -f1 /proc/loadavg))" >&2
+	[[ -n "$line" ]] && echo "$1 $line" >>"$tmp/results"
+}
+for i in $(seq 1 "$rounds"); do
+	for mode in $modes; do
+		for n in $sizes; do
+			echo "== round $i: $mode $n targets" >&2
+			bench agent "$tmp/agent.test" "Capacity/$mode/$n\$"
+			if [[ "$kubelet" == 1 ]]; then
+				bench kubelet "$tmp/kubelet.test" "KubeletCapacity/$mode/$n\$"
+			fi
+		done
+	done
+done
+
+# med <impl> <mode> <n> <unit>: the median of a reported metric.
+med() {
+	awk -v impl="$1" -v name="/$2/$3-" -v u="$4" '$1 == impl && index($2, name) { for (i = 3; i < NF; i++) if ($(i+1) == u) print $i }' "$tmp/results" |
+		sort -g | awk '{v[NR] = $1} END {if (NR) printf "%.4g", v[int((NR+1)/2)]; else print "-"}'
+}
+echo "## Probe capacity of one agent (bench/capacity)"
+echo
+echo "Targets with a 1 s period against loopback listeners in another process; medians of $rounds rounds,"
+echo "each case in a fresh process: ${SWH_CAPACITY_WARMUP:-5s} warm-up, then ${SWH_CAPACITY_DURATION:-20s} measured."
+echo "CPU is the prober process's user+system time per second of wall time; lag is how late a probe"
+echo "started against its plan. Goal: 10 000 TCP targets, p99 lag < 100 ms, < 0.5 core, < 150 MiB."
+echo
+echo "| mode | targets | prober | probes/s | CPU cores | CPU µs/probe | peak RSS MiB | lag p50 ms | lag p99 ms | failures/s |"
+echo "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+impls=(agent)
+[[ "$kubelet" == 1 ]] && impls+=(kubelet)
+for mode in $modes; do
+	for n in $sizes; do
+		for impl in "${impls[@]}"; do
+			echo "| $mode | $n | $impl | $(med "$impl" "$mode" "$n" probes/s) | $(med "$impl" "$mode" "$n" cpu-cores) | $(med "$impl" "$mode" "$n" cpu-µs/probe) | $(med "$impl" "$mode" "$n" peak-RSS-MiB) | $(med "$impl" "$mode" "$n" lag-p50-ms) | $(med "$impl" "$mode" "$n" lag-p99-ms) | $(med "$impl" "$mode" "$n" failures/s) |"
+		done
+	done
+done
