@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -31,10 +32,12 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/childservice"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/liveness"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/status"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/withdraw"
@@ -128,12 +131,17 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, *metrics.Metrics, er
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := Setup(mgr, m, o); err != nil {
+	var agents *agentsView
+	if o.AgentLeaseNamespace != "" {
+		agents = &agentsView{board: liveness.NewBoard(), namespace: o.AgentLeaseNamespace, changes: make(chan event.GenericEvent, agentChanges)}
+	}
+	if err := setup(mgr, m, o, agents); err != nil {
 		return nil, nil, err
 	}
-	if o.AgentLeaseNamespace != "" {
-		// Liveness of the agents (docs/LIVENESS.md): leader-only, withdraws stale nodes' endpoints.
-		if _, err := withdraw.Setup(mgr, reg, o.AgentLeaseNamespace, o.AgentLostGrace); err != nil {
+	if agents != nil {
+		// Liveness of the agents (docs/LIVENESS.md): leader-only, withdraws stale nodes'
+		// endpoints and publishes its verdicts for the AgentsStale condition.
+		if _, err := withdraw.Setup(mgr, reg, o.AgentLeaseNamespace, o.AgentLostGrace, agents.board, agents.notify); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -161,8 +169,43 @@ func newScheme() *runtime.Scheme {
 	return s
 }
 
-// Setup registers the reconciler and its watches with mgr.
-func Setup(mgr ctrl.Manager, m *metrics.Metrics, o Options) error {
+// agentChanges buffers node names whose liveness judgement changed, on their way from the
+// liveness runner to the reconciler's queue.
+const agentChanges = 1024
+
+// agentsView connects the liveness runner (the writer of the board) with the reconciler (the
+// status writer, its reader): a changed judgement of a node enqueues the resources with slices
+// on that node.
+type agentsView struct {
+	board     *liveness.Board
+	namespace string
+	changes   chan event.GenericEvent
+}
+
+// notify hands the nodes to the reconciler's watch; it waits while the buffer is full, until
+// ctx ends.
+func (a *agentsView) notify(ctx context.Context, nodes []string) {
+	for _, n := range nodes {
+		select {
+		case a.changes <- event.GenericEvent{Object: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: n}}}:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// status is the judgement for the status; nil when agents are not judged.
+func (a *agentsView) status() *status.Agents {
+	if a == nil {
+		return nil
+	}
+	j := a.board.Current()
+	return &status.Agents{Known: j.Known, Stale: j.Stale, Guarded: j.Guarded, LeaseNamespace: a.namespace}
+}
+
+// setup registers the reconciler and its watches with mgr; agents is nil when the agents'
+// liveness is not judged.
+func setup(mgr ctrl.Manager, m *metrics.Metrics, o Options, agents *agentsView) error {
 	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
 	if err != nil {
 		return fmt.Errorf("creating the clientset: %w", err)
@@ -178,6 +221,7 @@ func Setup(mgr ctrl.Manager, m *metrics.Metrics, o Options) error {
 		recorder:     mgr.GetEventRecorder(EventSource),
 		metrics:      m,
 		fieldManager: fm,
+		agents:       agents,
 		now:          time.Now,
 	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &discoveryv1.EndpointSlice{}, indexSliceNode, func(obj client.Object) []string {
@@ -189,7 +233,7 @@ func Setup(mgr ctrl.Manager, m *metrics.Metrics, o Options) error {
 		return fmt.Errorf("indexing EndpointSlices by node: %w", err)
 	}
 
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named(controllerName).
 		For(&v1alpha1.ServiceWithHealthchecks{}).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.serviceToResource)).
@@ -205,8 +249,16 @@ func Setup(mgr ctrl.Manager, m *metrics.Metrics, o Options) error {
 				DeleteFunc:  func(event.DeleteEvent) bool { return true },
 				GenericFunc: func(event.GenericEvent) bool { return false },
 			})).
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(o.SkipNameValidation)}).
-		Complete(r)
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(o.SkipNameValidation)})
+	if agents != nil {
+		// An agent turning stale or fresh, or the guard turning on or off, changes the
+		// AgentsStale condition of the resources with slices on the nodes concerned.
+		b = b.WatchesRawSource(source.Channel(agents.changes, handler.EnqueueRequestsFromMapFunc(r.nodeToResources)))
+	}
+	if err := b.Complete(r); err != nil {
+		return fmt.Errorf("creating the controller: %w", err)
+	}
+	return nil
 }
 
 // serviceToResource maps a Service to the resource of the same name, when there is one or when

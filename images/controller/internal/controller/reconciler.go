@@ -53,7 +53,9 @@ type Reconciler struct {
 	metrics  *metrics.Metrics
 	// fieldManager names the controller in managedFields.
 	fieldManager string
-	now          func() time.Time
+	// agents is the liveness runner's judgement (nil when agents are not judged).
+	agents *agentsView
+	now    func() time.Time
 }
 
 // Reconcile brings the Service, the slices and the status of one resource in line.
@@ -362,6 +364,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, swh *v1alpha1.ServiceWithH
 		ServiceSynced: out.synced,
 		Slices:        ownedSlices(swh, slices),
 		Neighbours:    neighbours.Items,
+		Agents:        r.agents.status(),
 		Now:           metav1.NewTime(r.now()),
 	})
 	if !status.Changed(&swh.Status, &computed) {

@@ -34,7 +34,30 @@ const (
 	ReasonNameCollision = "NameCollision"
 	// ReasonNoCollision: no slice name collision with another live resource.
 	ReasonNoCollision = "NoCollision"
+	// ReasonAgentsFresh: no agent publishing endpoints of this resource looks stale.
+	ReasonAgentsFresh = "AgentsFresh"
+	// ReasonEndpointsWithdrawn: agents of nodes with endpoints of this resource look stale;
+	// those endpoints are withdrawn (ready=false, serving=false) until the agents return.
+	ReasonEndpointsWithdrawn = "EndpointsWithdrawn"
+	// ReasonWithdrawalHeld: agents of nodes with endpoints of this resource look stale, but
+	// more than half of all agents do (the liveness guard): nothing is withdrawn.
+	ReasonWithdrawalHeld = "WithdrawalHeld"
 )
+
+// maxNamedNodes bounds the node names a condition message lists.
+const maxNamedNodes = 5
+
+// Agents is the liveness judgement the status shows (DESIGN §5).
+type Agents struct {
+	// Known is how many agents the controller sees.
+	Known int
+	// Stale are the nodes whose agent looks stale, sorted.
+	Stale []string
+	// Guarded is true while the liveness guard holds: nothing is withdrawn.
+	Guarded bool
+	// LeaseNamespace is where the agents renew their Leases (named in messages).
+	LeaseNamespace string
+}
 
 // Observed is everything the status is computed from.
 type Observed struct {
@@ -50,6 +73,9 @@ type Observed struct {
 	// Neighbours are the other live resources of the namespace (the resource itself and
 	// resources being deleted are skipped). SliceNameConflict is computed from their names.
 	Neighbours []v1alpha1.ServiceWithHealthchecks
+	// Agents is the liveness judgement; nil when the controller does not judge the agents
+	// (the AgentsStale condition is then left as it is).
+	Agents *Agents
 	// Now stamps conditions whose status changes.
 	Now metav1.Time
 }
@@ -76,11 +102,17 @@ func Compute(o Observed) v1alpha1.ServiceWithHealthchecksStatus {
 	case available.Status != metav1.ConditionTrue:
 		ready = metav1.Condition{Status: metav1.ConditionFalse, Reason: available.Reason, Message: available.Message}
 	}
-	for _, c := range []metav1.Condition{
+	conds := []metav1.Condition{
 		withType(available, v1alpha1.ConditionEndpointsAvailable),
 		withType(ready, v1alpha1.ConditionReady),
 		withType(nameConflict(o.Resource, o.Neighbours), v1alpha1.ConditionSliceNameConflict),
-	} {
+	}
+	if o.Agents != nil {
+		// Deliberately not part of Ready: the endpoints are what the agents published (or
+		// withdrew), and EndpointsAvailable already follows them.
+		conds = append(conds, withType(agentsStale(o.Agents, o.Slices), v1alpha1.ConditionAgentsStale))
+	}
+	for _, c := range conds {
 		c.ObservedGeneration = o.Resource.Generation
 		c.LastTransitionTime = o.Now
 		meta.SetStatusCondition(&st.Conditions, c)
@@ -234,4 +266,57 @@ func nameConflict(swh *v1alpha1.ServiceWithHealthchecks, neighbours []v1alpha1.S
 			Message: "EndpointSlice names collide on every node, neither resource's slices are overwritten: " + strings.Join(c, "; ")}
 	}
 	return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonNoCollision, Message: "no slice name collides with another resource's"}
+}
+
+// agentsStale says whether an agent that published endpoints of the resource (one of its
+// slices names the agent's node) looks stale, and what the controller does about it.
+func agentsStale(a *Agents, slices []discoveryv1.EndpointSlice) metav1.Condition {
+	mine := map[string]bool{}
+	for i := range slices {
+		if n := slicemeta.NodeOf(&slices[i]); n != "" {
+			mine[n] = true
+		}
+	}
+	var nodes []string
+	for _, n := range a.Stale {
+		if mine[n] {
+			nodes = append(nodes, n)
+		}
+	}
+	if len(nodes) == 0 {
+		return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonAgentsFresh,
+			Message: "no agent publishing endpoints of this resource looks stale"}
+	}
+	leases := "their Leases " + slicemeta.AgentLeasePrefix + "<node>"
+	if a.LeaseNamespace != "" {
+		leases += " in namespace " + a.LeaseNamespace
+	}
+	if a.Guarded {
+		return metav1.Condition{Status: metav1.ConditionTrue, Reason: ReasonWithdrawalHeld, Message: fmt.Sprintf(
+			"%d of %d agents look stale at once (more than half), so the controller withdraws nothing: "+
+				"the endpoints of this resource on %s stay as their agents last published them and may be out of date. "+
+				"So many at once usually means the controller does not see the agents' Lease renewals rather than that they died: "+
+				"check the API server (health, load), the controller's connectivity to it and its logs, and %s",
+			len(a.Stale), a.Known, nodeList(nodes), leases)}
+	}
+	who := "the agent of " + nodeList(nodes) + " has not renewed its Lease"
+	if len(nodes) > 1 {
+		who = "the agents of " + nodeList(nodes) + " have not renewed their Leases"
+	}
+	return metav1.Condition{Status: metav1.ConditionTrue, Reason: ReasonEndpointsWithdrawn, Message: fmt.Sprintf(
+		"%s for longer than the grace: the endpoints of this resource there are withdrawn (ready=false, serving=false) "+
+			"until the agent publishes again; check the agent pods on those nodes and %s",
+		who, leases)}
+}
+
+// nodeList names nodes for a message: "node a", "nodes a, b", at most maxNamedNodes names.
+func nodeList(nodes []string) string {
+	word := "node "
+	if len(nodes) > 1 {
+		word = "nodes "
+	}
+	if len(nodes) <= maxNamedNodes {
+		return word + strings.Join(nodes, ", ")
+	}
+	return fmt.Sprintf("%s%s and %d more", word, strings.Join(nodes[:maxNamedNodes], ", "), len(nodes)-maxNamedNodes)
 }

@@ -135,18 +135,20 @@ func agentLease(l *coordinationv1.Lease) (node string, renew time.Time, ok bool)
 }
 
 // Setup adds the liveness runner to mgr: Leases in namespace are judged with grace, our slices
-// of stale nodes withdrawn through mgr's client, metrics registered with reg.
-func Setup(mgr ctrl.Manager, reg prometheus.Registerer, namespace string, grace time.Duration) (*Runner, error) {
+// of stale nodes withdrawn through mgr's client, metrics registered with reg. Every verdict is
+// published on board (optional), and notify (optional) hears which nodes' judgement changed.
+func Setup(mgr ctrl.Manager, reg prometheus.Registerer, namespace string, grace time.Duration, board *liveness.Board, notify func(context.Context, []string)) (*Runner, error) {
 	m, err := NewMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
 	log := mgr.GetLogger().WithName("liveness")
 	r := &Runner{
-		Withdrawer: &Withdrawer{Client: mgr.GetClient(), Tracker: liveness.NewTracker(nil, grace), Metrics: m, Log: log},
-		Leases:     mgr.GetAPIReader(),
-		Namespace:  namespace,
-		Log:        log,
+		Withdrawer: &Withdrawer{Client: mgr.GetClient(), Tracker: liveness.NewTracker(nil, grace), Metrics: m, Log: log,
+			Board: board, Notify: notify},
+		Leases:    mgr.GetAPIReader(),
+		Namespace: namespace,
+		Log:       log,
 	}
 	if err := mgr.Add(r); err != nil {
 		return nil, fmt.Errorf("adding the liveness runner: %w", err)

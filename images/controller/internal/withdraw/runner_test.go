@@ -83,7 +83,7 @@ func TestRunnerWithdrawsAfterTheGraceAndNotBefore(t *testing.T) {
 		}},
 	})
 	require.NoError(t, err)
-	r, err := Setup(mgr, prometheus.NewRegistry(), w.ns, grace)
+	r, err := Setup(mgr, prometheus.NewRegistry(), w.ns, grace, nil, nil)
 	require.NoError(t, err)
 	m := r.Withdrawer.Metrics
 
@@ -319,7 +319,7 @@ func startReplica(t *testing.T, ns string, grace time.Duration) (*Runner, func()
 		}},
 	})
 	require.NoError(t, err)
-	r, err := Setup(mgr, prometheus.NewRegistry(), ns, grace)
+	r, err := Setup(mgr, prometheus.NewRegistry(), ns, grace, nil, nil)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})

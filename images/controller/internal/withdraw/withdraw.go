@@ -127,6 +127,12 @@ type Withdrawer struct {
 	Metrics *Metrics
 	// Log receives what was withdrawn and why nothing was.
 	Log logr.Logger
+	// Board, optional, receives every verdict for the status writer (the AgentsStale
+	// condition), before anything is withdrawn.
+	Board *liveness.Board
+	// Notify, optional, is called with the nodes whose judgement changed on the Board, so that
+	// the status of the resources with endpoints on them is computed again.
+	Notify func(ctx context.Context, nodes []string)
 }
 
 // Run judges the agents once and withdraws what the verdict says. It returns the verdict (the
@@ -142,6 +148,11 @@ func (w *Withdrawer) Run(ctx context.Context) (liveness.Verdict, error) {
 			guard = 1
 		}
 		m.GuardHolding.Set(guard)
+	}
+	if w.Board != nil {
+		if changed := w.Board.Publish(v); len(changed) > 0 && w.Notify != nil {
+			w.Notify(ctx, changed)
+		}
 	}
 	if v.Guarded {
 		w.Log.Info("liveness guard holds, withdrawing nothing", "reason", v.Reason, "stale", v.Stale)
