@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
@@ -319,4 +320,87 @@ func TestAnAPIOutageWithdrawsNothingAndTheAgentsPublishAfterIt(t *testing.T) {
 		}
 	}
 	assert.Contains(t, w.of(ip(b2)), "FFF", "the watch saw the change made during the freeze published")
+}
+
+// agentsStale reads the AgentsStale condition of a resource (zero when absent).
+func agentsStale(ctx context.Context, c *cluster.Cluster, ns, name string) (metav1.Condition, error) {
+	var swh v1alpha1.ServiceWithHealthchecks
+	if err := c.Env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swh); err != nil {
+		return metav1.Condition{}, err
+	}
+	if cond := meta.FindStatusCondition(swh.Status.Conditions, v1alpha1.ConditionAgentsStale); cond != nil {
+		return *cond, nil
+	}
+	return metav1.Condition{}, nil
+}
+
+// Issue 7, test 3, second half: more than half of the agents stopped at once (both of two).
+// The controller judges them stale but the guard holds: nothing is withdrawn (no endpoint
+// leaves ready in the watch opened before), the guard's metric is 1 and the resource's
+// AgentsStale condition says why (WithdrawalHeld, naming the nodes); the agents started again,
+// the condition clears and the metric drops.
+func TestMoreThanHalfOfTheAgentsStoppedAtOnceWithdrawsNothingAndTheGuardSaysWhy(t *testing.T) {
+	c := testCluster(t)
+	ns := c.Env.CreateNamespaceForTest(t, "guard")
+	labels := map[string]string{"app": "web"}
+	a := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-a", Node: "node-a", Labels: labels, ContainerPorts: vmPorts})
+	b := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-b", Node: "node-b", Labels: labels, ContainerPorts: vmPorts})
+	a.ServeHTTP(t, 8080)
+	b.ServeHTTP(t, 8080)
+	w := watchEndpoints(t, c, ns)
+	createResource(t, c, ns, "web", labels, []v1alpha1.ServicePort{namedPort("http", 80, intstr.FromInt32(8080))}, httpProbe(intstr.FromInt32(8080), 1, 2))
+	ctl := startController(t, c, ns)
+	agentA := startAgent(t, c, "node-a", withLease(t, c, ns, "node-a"))
+	agentB := startAgent(t, c, "node-b", withLease(t, c, ns, "node-b"))
+	bothReady := map[string]map[string]string{"web-http-node-a": {ip(a): "TTF"}, "web-http-node-b": {ip(b): "TTF"}}
+	eventuallySlices(t, c, ns, "web", bothReady)
+	require.Eventually(t, func() bool { return ctl.requireMetric(t, "swh_controller_agents_known") == 2 }, 30*time.Second, 100*time.Millisecond,
+		"the controller sees both agents")
+	eventuallyAgentsStale := func(status metav1.ConditionStatus, reason, msg string) metav1.Condition {
+		t.Helper()
+		var got metav1.Condition
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			var err error
+			got, err = agentsStale(t.Context(), c, ns, "web")
+			require.NoError(ct, err)
+			assert.Equal(ct, status, got.Status, got.Message)
+			assert.Equal(ct, reason, got.Reason, got.Message)
+		}, 60*time.Second, 100*time.Millisecond, msg)
+		return got
+	}
+	eventuallyAgentsStale(metav1.ConditionFalse, "AgentsFresh", "with both agents renewing, the resource has no stale agent")
+
+	agentA.stop()
+	agentB.stop()
+	require.Eventually(t, func() bool { return ctl.requireMetric(t, "swh_controller_liveness_guard_holding") == 1 }, 30*time.Second, 100*time.Millisecond,
+		"the guard holds once both agents are stale")
+	assert.Equal(t, 2.0, ctl.requireMetric(t, "swh_controller_agents_stale"), "the controller judged both agents stale")
+	held := eventuallyAgentsStale(metav1.ConditionTrue, "WithdrawalHeld", "the resource says why nothing is withdrawn")
+	for _, want := range []string{"2 of 2 agents look stale", "nodes node-a, node-b", "withdraws nothing", "API server"} {
+		assert.Contains(t, held.Message, want)
+	}
+	// The guard keeps holding for another grace: still nothing withdrawn.
+	require.Never(t, func() bool {
+		got, err := slicesOf(t.Context(), c, ns, "web")
+		return err == nil && (got["web-http-node-a"].Endpoints[ip(a)] != "TTF" || got["web-http-node-b"].Endpoints[ip(b)] != "TTF")
+	}, livenessGrace, 100*time.Millisecond, "nothing is withdrawn while the guard holds")
+	assert.Equal(t, 1.0, ctl.requireMetric(t, "swh_controller_liveness_guard_holding"))
+	assert.Equal(t, 0.0, ctl.requireMetric(t, "swh_controller_withdrawn_slices_total"), "the controller withdrew nothing")
+
+	startAgent(t, c, "node-a", withLease(t, c, ns, "node-a"))
+	startAgent(t, c, "node-b", withLease(t, c, ns, "node-b"))
+	eventuallyAgentsStale(metav1.ConditionFalse, "AgentsFresh", "the condition clears when the agents are back")
+	assert.Equal(t, 0.0, ctl.requireMetric(t, "swh_controller_liveness_guard_holding"), "the guard no longer holds")
+	eventuallySlices(t, c, ns, "web", bothReady)
+	assert.Equal(t, 0.0, ctl.requireMetric(t, "swh_controller_withdrawn_slices_total"), "the controller withdrew nothing")
+
+	assert.Empty(t, w.errors(), "the watch saw no errors")
+	for _, p := range []*cluster.Pod{a, b} {
+		seen := w.of(ip(p))
+		first := slices.Index(seen, "TTF")
+		require.GreaterOrEqual(t, first, 0, "the watch saw %s ready: %v", p.Key(), seen)
+		for i, rst := range seen[first:] {
+			assert.Equal(t, "TTF", rst, "%s in watch event %d of %v: an endpoint left ready while the guard held", p.Key(), first+i, seen)
+		}
+	}
 }
