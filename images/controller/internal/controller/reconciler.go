@@ -79,10 +79,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 			r.metrics.Errors.WithLabelValues(metrics.OpRead).Inc()
 			return ctrl.Result{}, fmt.Errorf("reading ServiceWithHealthchecks %s: %w", req, err)
 		}
+		r.metrics.ForgetResource(req.NamespacedName)
 		return r.collectOrphans(ctx, req.NamespacedName)
 	}
 	if swh.DeletionTimestamp != nil {
 		// Being deleted: what it owns goes with it (or with collectOrphans once it is gone).
+		r.metrics.ForgetResource(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 
@@ -367,6 +369,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, swh *v1alpha1.ServiceWithH
 		Agents:        r.agents.status(),
 		Now:           metav1.NewTime(r.now()),
 	})
+	r.metrics.SetPorts(client.ObjectKeyFromObject(swh), computed.Ports)
 	if !status.Changed(&swh.Status, &computed) {
 		return nil
 	}

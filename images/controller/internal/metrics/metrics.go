@@ -1,12 +1,20 @@
-// Package metrics defines every metric of the controller (one file, documented in
-// docs/CONTROLLER.md). Labels are bounded: no resource, pod or node names.
+// Package metrics defines the metrics of the controller (documented in docs/METRICS.md). Labels
+// are bounded: no pod names; the per-port endpoint gauges carry the resource's namespace, name and
+// port (one series per Service port of a resource), the stale-agent gauge the node (one series
+// per stale node).
 package metrics
 
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 )
 
 const namespace = "swh_controller"
@@ -56,6 +64,13 @@ type Metrics struct {
 	ServiceWrites *prometheus.CounterVec
 	// StatusWrites counts status updates; flat in a steady state.
 	StatusWrites prometheus.Counter
+	// PortReadyEndpoints is, per resource port, the ready endpoints of the last computed status.
+	PortReadyEndpoints *prometheus.GaugeVec
+	// PortEndpoints is, per resource port, all endpoints of the last computed status.
+	PortEndpoints *prometheus.GaugeVec
+
+	mu    sync.Mutex
+	ports map[types.NamespacedName][]string // port label values set per resource
 }
 
 // New creates the metrics and registers them with reg (controller-runtime's metrics.Registry in
@@ -95,11 +110,20 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: namespace, Name: "status_writes_total",
 			Help: "Status updates of ServiceWithHealthchecks; flat while nothing changes.",
 		}),
+		PortReadyEndpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "port_ready_endpoints",
+			Help: "Ready endpoints of a Service port of a ServiceWithHealthchecks (status.ports readyEndpoints), by namespace, name and port (the port's name, or its number when unnamed).",
+		}, PortLabels),
+		PortEndpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "port_endpoints",
+			Help: "All endpoints (ready or not) of a Service port of a ServiceWithHealthchecks (status.ports totalEndpoints), by namespace, name and port.",
+		}, PortLabels),
+		ports: map[types.NamespacedName][]string{},
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{
 		m.Reconciles, m.ReconcileDuration, m.Errors, m.Conflicts, m.Adoptions,
-		m.GarbageCollectedSlices, m.ServiceWrites, m.StatusWrites,
+		m.GarbageCollectedSlices, m.ServiceWrites, m.StatusWrites, m.PortReadyEndpoints, m.PortEndpoints,
 	} {
 		errs = append(errs, reg.Register(c))
 	}
@@ -107,4 +131,97 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, fmt.Errorf("registering controller metrics: %w", err)
 	}
 	return m, nil
+}
+
+// PortLabels are the labels of the per-port endpoint gauges.
+var PortLabels = []string{"namespace", "name", "port"}
+
+// PortLabel is the value of the port label: the port's name, or its number when it has none.
+func PortLabel(name string, port int32) string {
+	if name != "" {
+		return name
+	}
+	return strconv.Itoa(int(port))
+}
+
+// SetPorts sets the per-port endpoint gauges of one resource from its computed status ports and
+// deletes the series of its ports that are gone.
+func (m *Metrics) SetPorts(resource types.NamespacedName, ports []v1alpha1.PortStatus) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := make([]string, 0, len(ports))
+	for _, p := range ports {
+		port := PortLabel(p.Name, p.Port)
+		now = append(now, port)
+		m.PortReadyEndpoints.WithLabelValues(resource.Namespace, resource.Name, port).Set(float64(p.ReadyEndpoints))
+		m.PortEndpoints.WithLabelValues(resource.Namespace, resource.Name, port).Set(float64(p.TotalEndpoints))
+	}
+	for _, old := range m.ports[resource] {
+		if !slices.Contains(now, old) {
+			m.deletePort(resource, old)
+		}
+	}
+	if len(now) == 0 {
+		delete(m.ports, resource)
+		return
+	}
+	m.ports[resource] = now
+}
+
+// ForgetResource deletes the per-port endpoint gauges of a resource that is gone or being
+// deleted.
+func (m *Metrics) ForgetResource(resource types.NamespacedName) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, old := range m.ports[resource] {
+		m.deletePort(resource, old)
+	}
+	delete(m.ports, resource)
+}
+
+func (m *Metrics) deletePort(resource types.NamespacedName, port string) {
+	m.PortReadyEndpoints.DeleteLabelValues(resource.Namespace, resource.Name, port)
+	m.PortEndpoints.DeleteLabelValues(resource.Namespace, resource.Name, port)
+}
+
+// StaleAgents is the per-node gauge swh_controller_agent_stale: 1 for every node whose agent the
+// liveness tracker judged stale at its last judgement (series of nodes that are fresh again or
+// forgotten are deleted). While the liveness guard holds, stale nodes are still shown but their
+// endpoints are not withdrawn.
+type StaleAgents struct {
+	vec *prometheus.GaugeVec
+
+	mu    sync.Mutex
+	nodes map[string]bool
+}
+
+// NewStaleAgents creates the gauge; register Collector() with the program's registry.
+func NewStaleAgents() *StaleAgents {
+	return &StaleAgents{
+		vec: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "agent_stale",
+			Help: "1 for every node whose agent's Lease renewTime has not changed for longer than the grace (its endpoints are withdrawn unless the liveness guard holds), by node.",
+		}, []string{"node"}),
+		nodes: map[string]bool{},
+	}
+}
+
+// Collector is the gauge to register.
+func (s *StaleAgents) Collector() prometheus.Collector { return s.vec }
+
+// Set makes the stale nodes exactly these.
+func (s *StaleAgents) Set(nodes []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		now[n] = true
+		s.vec.WithLabelValues(n).Set(1)
+	}
+	for n := range s.nodes {
+		if !now[n] {
+			s.vec.DeleteLabelValues(n)
+		}
+	}
+	s.nodes = now
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/liveness"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
 )
 
 // Plan is the pure decision: of the given slices, those that are ours (managed by this module
@@ -89,6 +90,8 @@ type Metrics struct {
 	WithdrawnEndpoints prometheus.Counter
 	// Errors counts failed reads and writes of a withdrawal round.
 	Errors prometheus.Counter
+	// StaleNodes is 1 per stale node (swh_controller_agent_stale{node}).
+	StaleNodes *metrics.StaleAgents
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -107,8 +110,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Endpoints of stale nodes set to ready=false, serving=false."}),
 		Errors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "withdraw_errors_total",
 			Help: "Failed API reads and writes while withdrawing the endpoints of stale nodes."}),
+		StaleNodes: metrics.NewStaleAgents(),
 	}
-	for _, c := range []prometheus.Collector{m.StaleAgents, m.KnownAgents, m.GuardHolding, m.WithdrawnSlices, m.WithdrawnEndpoints, m.Errors} {
+	for _, c := range []prometheus.Collector{m.StaleAgents, m.KnownAgents, m.GuardHolding, m.WithdrawnSlices, m.WithdrawnEndpoints, m.Errors, m.StaleNodes.Collector()} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering withdrawal metrics: %w", err)
 		}
@@ -148,6 +152,7 @@ func (w *Withdrawer) Run(ctx context.Context) (liveness.Verdict, error) {
 			guard = 1
 		}
 		m.GuardHolding.Set(guard)
+		m.StaleNodes.Set(v.Stale)
 	}
 	if w.Board != nil {
 		if changed := w.Board.Publish(v); len(changed) > 0 && w.Notify != nil {
