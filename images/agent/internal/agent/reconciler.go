@@ -368,6 +368,7 @@ func (r *Reconciler) record(swh *v1alpha1.ServiceWithHealthchecks, pods []agents
 		}
 	}
 	type event struct {
+		pod   *corev1.Pod
 		ready bool
 		msg   string
 	}
@@ -390,9 +391,9 @@ func (r *Reconciler) record(swh *v1alpha1.ServiceWithHealthchecks, pods []agents
 			switch {
 			case seen && was == e.Serving:
 			case e.Serving && seen:
-				evs = append(evs, event{true, fmt.Sprintf("pod %s, port %s: probes pass", p.Pod.Name, portName)})
+				evs = append(evs, event{p.Pod, true, fmt.Sprintf("pod %s, port %s: probes pass", p.Pod.Name, portName)})
 			case !e.Serving:
-				evs = append(evs, event{false, fmt.Sprintf("pod %s, port %s: %s", p.Pod.Name, portName, e.Reason)})
+				evs = append(evs, event{p.Pod, false, fmt.Sprintf("pod %s, port %s: %s", p.Pod.Name, portName, e.Reason)})
 			}
 		}
 	}
@@ -404,11 +405,15 @@ func (r *Reconciler) record(swh *v1alpha1.ServiceWithHealthchecks, pods []agents
 	}
 	r.publishGaugesLocked()
 	r.mu.Unlock()
+	// The pod is the Event's related object. The recorder aggregates Events with the same
+	// regarding and related object, type, reason and action into one Event with a series
+	// (that is the rate limit, see docs/AGENT.md); without the pod, one pod's transition
+	// would be counted in another pod's Event and its message never shown.
 	for _, ev := range evs {
 		if ev.ready {
-			r.Recorder.Eventf(swh, nil, corev1.EventTypeNormal, ReasonPortReady, "Probe", "%s", ev.msg)
+			r.Recorder.Eventf(swh, ev.pod, corev1.EventTypeNormal, ReasonPortReady, "Probe", "%s", ev.msg)
 		} else {
-			r.Recorder.Eventf(swh, nil, corev1.EventTypeWarning, ReasonPortNotReady, "Probe", "%s", ev.msg)
+			r.Recorder.Eventf(swh, ev.pod, corev1.EventTypeWarning, ReasonPortNotReady, "Probe", "%s", ev.msg)
 		}
 	}
 }
