@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -55,6 +56,7 @@ func withLease(t *testing.T, c *cluster.Cluster, ns, node string) agentOpt {
 // controllerProcess is the controller program running against the cluster's API server.
 type controllerProcess struct {
 	metricsAddr string
+	pid         int
 }
 
 // startController builds the controller program and runs it with the liveness runner judging
@@ -82,7 +84,7 @@ func startController(t *testing.T, c *cluster.Cluster, leaseNS string) *controll
 		"--agent-lost-grace="+livenessGrace.String())
 	cmd.Env = append(os.Environ(), "KUBECONFIG=")
 	process.StartForTest(t, "controller", cmd)
-	p := &controllerProcess{metricsAddr: metricsAddr}
+	p := &controllerProcess{metricsAddr: metricsAddr, pid: cmd.Process.Pid}
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		_, err := p.metric(t.Context(), "swh_controller_withdrawn_slices_total")
 		assert.NoError(ct, err)
@@ -90,7 +92,18 @@ func startController(t *testing.T, c *cluster.Cluster, leaseNS string) *controll
 	return p
 }
 
-// metric reads an unlabelled metric of the controller.
+// stop stops the controller (SIGTERM to its PID) and waits until its process is gone.
+func (p *controllerProcess) stop(t *testing.T) {
+	t.Helper()
+	require.NoError(t, syscall.Kill(p.pid, syscall.SIGTERM))
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", p.pid))
+		return os.IsNotExist(err)
+	}, 60*time.Second, 50*time.Millisecond, "the controller exits on SIGTERM")
+}
+
+// metric reads a metric of the controller: name is the metric's name with its labels as
+// exposed, e.g. `x_total{reason="a"}`.
 func (p *controllerProcess) metric(ctx context.Context, name string) (float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
