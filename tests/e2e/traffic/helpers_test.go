@@ -300,21 +300,15 @@ func requireWindow(t *testing.T, res cluster.Results, name string, from, to time
 	return in
 }
 
-// failures formats failed requests for an assertion message.
+// failures summarises failed requests for an assertion message: how many, their span, the
+// first error.
 func failures(r cluster.Results) string {
 	f := r.Failed()
 	if len(f) == 0 {
 		return "none"
 	}
-	var b strings.Builder
-	for i, x := range f {
-		if i == 10 {
-			fmt.Fprintf(&b, "... and %d more", len(f)-10)
-			break
-		}
-		fmt.Fprintf(&b, "%s %s; ", x.Start.Format("15:04:05.000"), x.Err)
-	}
-	return b.String()
+	return fmt.Sprintf("%d failed from %s to %s, first: %s", len(f),
+		f[0].Start.Format("15:04:05.000"), f[len(f)-1].Start.Format("15:04:05.000"), f[0].Err)
 }
 
 // waitRequestsAfter waits until the loop has sent n requests that started after t, so a

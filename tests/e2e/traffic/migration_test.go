@@ -134,24 +134,27 @@ func TestALiveServiceIsAdoptedWithoutAFailedRequest(t *testing.T) {
 		require.NotNil(ct, cond)
 		assert.Equal(ct, metav1.ConditionTrue, cond.Status, "%s: %s", cond.Reason, cond.Message)
 	}, waitFor, poll, "the controller adopts the Service and clears its selector")
-	switched := time.Now()
+	cleared := time.Now()
 	eventuallyEndpoints(t, c, ns, "web", map[string]map[string]string{
 		"web-http-node-a": {ip(pods[0]): "TTF"},
 		"web-http-node-b": {ip(pods[1]): "TTF"},
 	})
 	c.WaitProgrammed(t, ns+"/web", 80, pods...)
-	waitRequestsAfter(t, loop, time.Now(), minInWindow)
+	switched := time.Now()
+	waitRequestsAfter(t, loop, switched, minInWindow)
 	res := loop.Stop()
 
-	window := requireWindow(t, res, "the adoption, from the resource created to the selector cleared", adopting, switched)
+	// The switch ends when the probed endpoints serve: the selector cleared, the agents'
+	// slices ready, kube-proxy programmed.
+	window := requireWindow(t, res, "the adoption, from the resource created to the probed endpoints serving", adopting, switched)
 	assert.Empty(t, res.Failed(), "requests across the migration: %s; failed: %s", res, failures(res))
 	assert.ElementsMatch(t, []string{pods[0].Key(), pods[1].Key()}, window.Pods(), "both pods answered during the switch")
 	got := &corev1.Service{}
 	require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKeyFromObject(svc), got))
 	assert.Equal(t, clusterIP, got.Spec.ClusterIP, "the ClusterIP is kept")
 	assert.Equal(t, svc.UID, got.UID, "it is the same Service object")
-	t.Logf("scenario 6: %d requests from the resource created to the selector cleared (%s), %d failed; %d in the whole loop",
-		len(window), switched.Sub(adopting).Round(time.Millisecond), len(window.Failed()), len(res))
+	t.Logf("scenario 6: %d requests from the resource created to the probed endpoints serving (%s; selector cleared after %s), %d failed; %d in the whole loop",
+		len(window), switched.Sub(adopting).Round(time.Millisecond), cleared.Sub(adopting).Round(time.Millisecond), len(window.Failed()), len(res))
 	record(t, "6 migration of a live Service", res, window)
 }
 
