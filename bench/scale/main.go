@@ -94,7 +94,6 @@ type result struct {
 	serviceW     map[string]float64
 	statusW      float64
 	reconciles   float64
-	throttled    time.Duration // the controller's client-side rate limiter waits, summed
 	loadBefore   string
 	loadAfter    string
 	readyAfter   time.Duration // controller start to /readyz
@@ -322,21 +321,9 @@ func round(o options) (res result, err error) {
 			res.reconciles += v - ctrlBefore[k]
 		}
 	}
-	res.throttled = time.Duration((sumPrefix(ctrlAfter, "rest_client_rate_limiter_duration_seconds_sum") -
-		sumPrefix(ctrlBefore, "rest_client_rate_limiter_duration_seconds_sum")) * float64(time.Second))
 	res.controllerUp = time.Since(started)
 	res.loadAfter = loadavg()
 	return res, nil
-}
-
-func sumPrefix(m map[string]float64, prefix string) float64 {
-	var s float64
-	for k, v := range m {
-		if strings.HasPrefix(k, prefix) {
-			s += v
-		}
-	}
-	return s
 }
 
 // statusIsSet is the benchmark's "status set": the controller has written a status for the

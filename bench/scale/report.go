@@ -20,12 +20,12 @@ func report(w io.Writer, o options, rs []result) {
 		"kube-apiserver `--service-cluster-ip-range=%s`; a fresh control plane and controller process per round "+
 		"(`--leader-elect=false`, default client settings). Times from the first create to the last watch event. "+
 		"Host: %s, %d CPUs, %s.\n\n", o.resources, o.creators, o.serviceCIDR, hostname(), runtime.NumCPU(), runtime.Version())
-	p("| round | load before → after | creates done | every Service | every status | controller CPU | peak RSS | controller writes / resource | GETs / resource | reconciles / resource | client-side throttling |\n")
+	p("| round | load before → after | creates done | every Service | every status | controller CPU | peak RSS | controller writes / resource | GETs / resource | reconciles / resource | controller writes / s |\n")
 	p("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for i, r := range rs {
-		p("| %d | %s → %s | %s | %s | %s | %s | %s | %.2f | %.2f | %.2f | %s |\n", i+1, r.loadBefore, r.loadAfter,
+		p("| %d | %s → %s | %s | %s | %s | %s | %s | %.2f | %.2f | %.2f | %.1f |\n", i+1, r.loadBefore, r.loadAfter,
 			dur(r.create), dur(r.services), dur(r.statuses), dur(r.cpu), mib(r.peakRSS),
-			r.writes()/n, r.gets()/n, r.reconciles/n, dur(r.throttled))
+			r.writes()/n, r.gets()/n, r.reconciles/n, r.writes()/r.statuses.Seconds())
 	}
 	med := func(f func(result) float64) float64 {
 		v := make([]float64, len(rs))
@@ -34,7 +34,7 @@ func report(w io.Writer, o options, rs []result) {
 		}
 		return median(v)
 	}
-	p("| **median** | | **%s** | **%s** | **%s** | **%s** | **%s** | **%.2f** | **%.2f** | **%.2f** | **%s** |\n\n",
+	p("| **median** | | **%s** | **%s** | **%s** | **%s** | **%s** | **%.2f** | **%.2f** | **%.2f** | **%.1f** |\n\n",
 		dur(time.Duration(med(func(r result) float64 { return float64(r.create) }))),
 		dur(time.Duration(med(func(r result) float64 { return float64(r.services) }))),
 		dur(time.Duration(med(func(r result) float64 { return float64(r.statuses) }))),
@@ -43,7 +43,7 @@ func report(w io.Writer, o options, rs []result) {
 		med(func(r result) float64 { return r.writes() / n }),
 		med(func(r result) float64 { return r.gets() / n }),
 		med(func(r result) float64 { return r.reconciles / n }),
-		dur(time.Duration(med(func(r result) float64 { return float64(r.throttled) }))))
+		med(func(r result) float64 { return r.writes() / r.statuses.Seconds() }))
 
 	keys := map[string]bool{}
 	for _, r := range rs {

@@ -1,0 +1,621 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+)
+
+// targetPort is where the flip server listens in the pods' namespaces.
+const targetPort = 8080
+
+// bench holds the cluster, the two programs and the watcher.
+type bench struct {
+	c     *cluster.Cluster
+	o     options
+	cs    kubernetes.Interface
+	dir   string
+	agent *proc
+	kcm   *proc
+	// agentMetrics is the agent's metrics address.
+	agentMetrics string
+}
+
+func newBench(ctx context.Context, c *cluster.Cluster, o options) (*bench, error) {
+	cs, err := kubernetes.NewForConfig(c.Env.Config)
+	if err != nil {
+		return nil, fmt.Errorf("clientset: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "swh-bench-publish-")
+	if err != nil {
+		return nil, fmt.Errorf("temporary directory: %w", err)
+	}
+	b := &bench{c: c, o: o, cs: cs, dir: dir}
+	kubeconfig, err := c.Env.WriteKubeConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	leaseNS, err := c.Env.CreateNamespace(ctx, "swh-agent")
+	if err != nil {
+		return nil, err
+	}
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	healthAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	b.agentMetrics = metricsAddr
+	args := []string{"--node-name", agentNode, "--kubeconfig", kubeconfig, "--lease-namespace", leaseNS,
+		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", healthAddr, "--log-level", "error"}
+	args = append(args, strings.Fields(o.agentArgs)...)
+	if b.agent, err = startProc("agent", dir, o.agent, args...); err != nil {
+		return nil, err
+	}
+	if err := waitHTTP(ctx, "http://"+healthAddr+"/readyz", b.agent, time.Minute); err != nil {
+		b.stop()
+		return nil, err
+	}
+	kcm, err := kcmBinary()
+	if err != nil {
+		b.stop()
+		return nil, err
+	}
+	// Only the EndpointSlice controller, defaults otherwise (--endpointslice-updates-batch-period 0,
+	// --concurrent-service-endpoint-syncs 5, --max-endpoints-per-slice 100); no leader election,
+	// no serving port.
+	kargs := []string{"--kubeconfig", kubeconfig, "--controllers=endpointslice-controller", "--leader-elect=false",
+		"--secure-port=0"}
+	kargs = append(kargs, strings.Fields(o.kcmArgs)...)
+	if b.kcm, err = startProc("kube-controller-manager", dir, kcm, kargs...); err != nil {
+		b.stop()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *bench) stop() {
+	if b.agent != nil {
+		b.agent.stop()
+	}
+	if b.kcm != nil {
+		b.kcm.stop()
+	}
+	_ = os.RemoveAll(b.dir)
+}
+
+func (b *bench) dumpLogs() {
+	if b.agent != nil {
+		b.agent.dumpLog()
+	}
+	if b.kcm != nil {
+		b.kcm.dumpLog()
+	}
+}
+
+// sample is one measured flip.
+type sample struct {
+	latency time.Duration // decisive instant → watch event
+	phase   time.Duration // agent: flip of the server → decisive probe; built-in: the status update's round trip
+	ready   bool          // the direction: the endpoint became ready
+}
+
+// round is the samples of one round.
+type round struct {
+	agent, kcm []sample
+	load       string
+}
+
+// sizeResult is what one size measured.
+type sizeResult struct {
+	n           int
+	rounds      []round
+	setup       time.Duration
+	agentCPU    time.Duration // agent CPU time while sampling
+	sampling    time.Duration // wall time of the sampling
+	agentRSS    int64         // agent VmHWM at the end
+	agentWrites float64       // EndpointSlice writes by the agent while sampling
+	kcmSlices   int
+	agentSlices int
+}
+
+func (b *bench) measure(ctx context.Context, n int) (res sizeResult, err error) {
+	res.n = n
+	setupStart := time.Now()
+	ns, err := b.c.Env.CreateNamespace(ctx, "publish-"+strconv.Itoa(n))
+	if err != nil {
+		return res, err
+	}
+	w, err := newWatcher(ctx, b.cs, ns)
+	if err != nil {
+		return res, err
+	}
+	defer w.stop()
+
+	// The agent's side: n pods with a flip server on every address, and a resource that
+	// probes them over HTTP every second with thresholds of 1.
+	agentLabels := map[string]string{"app": "agent-" + strconv.Itoa(n)}
+	srv := newFlipServer()
+	defer srv.close()
+	var agentIPs []netip.Addr
+	if b.o.individual {
+		for i := range n {
+			p, err := b.c.NewPod(ctx, cluster.PodSpec{Namespace: ns, Name: fmt.Sprintf("agent-%d", i), Node: agentNode, Labels: agentLabels})
+			if err != nil {
+				return res, err
+			}
+			defer func() { _ = p.Remove(context.Background()) }()
+			if err := p.InNetns(func() error { return srv.listen(netip.AddrPortFrom(p.IP, targetPort).String()) }); err != nil {
+				return res, err
+			}
+			agentIPs = append(agentIPs, p.IP)
+		}
+	} else {
+		bulk, err := b.c.NewBulkPods(ctx, cluster.BulkSpec{Namespace: ns, NamePrefix: "agent", Node: agentNode, Count: n, Labels: agentLabels})
+		if err != nil {
+			return res, err
+		}
+		defer func() { _ = bulk.Remove(context.Background()) }()
+		if err := bulk.InNetns(func() error { return srv.listen(":" + strconv.Itoa(targetPort)) }); err != nil {
+			return res, err
+		}
+		agentIPs = addrs(n, func(i int) netip.Addr { return bulk.Pods[i].IP })
+	}
+	srv.track(agentIPs)
+	swh := &v1alpha1.ServiceWithHealthchecks{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "agent"},
+		Spec: v1alpha1.ServiceWithHealthchecksSpec{
+			Selector: agentLabels,
+			Ports:    []v1alpha1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(targetPort)}},
+			Healthcheck: &v1alpha1.Healthcheck{PeriodSeconds: 1, Probes: []v1alpha1.Probe{{
+				Mode: v1alpha1.ProbeModeHTTP, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 1,
+				HTTP: &v1alpha1.HTTPProbe{TargetPort: intstr.FromInt32(targetPort), Path: "/healthz"},
+			}}},
+		},
+	}
+	if err := b.c.Env.Client.Create(ctx, swh); err != nil {
+		return res, fmt.Errorf("creating the ServiceWithHealthchecks: %w", err)
+	}
+
+	// The built-in side: n Pod objects (no network: nothing dials them) selected by a Service.
+	kcmPods, err := newStatusPods(ctx, b.c, ns, n)
+	if err != nil {
+		return res, err
+	}
+	defer kcmPods.remove()
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "builtin"},
+		Spec: corev1.ServiceSpec{
+			Selector: kcmPods.labels,
+			Ports:    []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(targetPort)}},
+		},
+	}
+	if err := b.c.Env.Client.Create(ctx, svc); err != nil {
+		return res, fmt.Errorf("creating the Service: %w", err)
+	}
+
+	// Both sides publish every endpoint ready before the first flip.
+	if err := w.waitAllReady(ctx, "agent", agentIPs, 5*time.Minute, b.agent); err != nil {
+		return res, fmt.Errorf("the agent's slices: %w", err)
+	}
+	if err := w.waitAllReady(ctx, "builtin", kcmPods.ips, 5*time.Minute, b.kcm); err != nil {
+		return res, fmt.Errorf("the built-in slices: %w", err)
+	}
+	res.setup = time.Since(setupStart)
+	res.agentSlices, res.kcmSlices = w.sliceCount("agent"), w.sliceCount("builtin")
+
+	writesBefore, _ := agentSliceWrites(ctx, b)
+	cpuBefore, err := cpuTime(b.agent.cmd.Process.Pid)
+	if err != nil {
+		return res, err
+	}
+	samplingStart := time.Now()
+	// Each endpoint in turn goes down, then up again; the two paths alternate sample by
+	// sample, so load from elsewhere hits both alike.
+	next := 0
+	for r := range b.o.rounds {
+		rd := round{load: loadavg()}
+		for s := range b.o.samples {
+			i := (next / 2 * 7919) % n // spread over the slice; each endpoint down then up
+			ready := next%2 == 1
+			next++
+			as, err := b.agentSample(ctx, w, srv, agentIPs[i], ready)
+			if err != nil {
+				return res, fmt.Errorf("round %d, sample %d, agent: %w", r+1, s+1, err)
+			}
+			rd.agent = append(rd.agent, as)
+			ks, err := b.kcmSample(ctx, w, kcmPods, i, ready)
+			if err != nil {
+				return res, fmt.Errorf("round %d, sample %d, built-in: %w", r+1, s+1, err)
+			}
+			rd.kcm = append(rd.kcm, ks)
+		}
+		res.rounds = append(res.rounds, rd)
+		fmt.Fprintf(os.Stderr, "publish: %d endpoints, round %d: agent p50 %s p99 %s; built-in p50 %s p99 %s (load %s)\n", n, r+1,
+			ms(pct(lat(rd.agent), 50)), ms(pct(lat(rd.agent), 99)), ms(pct(lat(rd.kcm), 50)), ms(pct(lat(rd.kcm), 99)), rd.load)
+	}
+	res.sampling = time.Since(samplingStart)
+	cpuAfter, err := cpuTime(b.agent.cmd.Process.Pid)
+	if err != nil {
+		return res, err
+	}
+	res.agentCPU = cpuAfter - cpuBefore
+	writesAfter, _ := agentSliceWrites(ctx, b)
+	res.agentWrites = writesAfter - writesBefore
+	if res.agentRSS, err = peakRSS(b.agent.cmd.Process.Pid); err != nil {
+		return res, err
+	}
+	if err := b.c.Env.Client.Delete(ctx, swh); err != nil {
+		return res, fmt.Errorf("deleting the ServiceWithHealthchecks: %w", err)
+	}
+	return res, nil
+}
+
+// agentSample flips the server's answer for addr and measures from the decisive probe's arrival
+// at the server to the watch event that shows the endpoint's new ready state.
+func (b *bench) agentSample(ctx context.Context, w *watcher, srv *flipServer, addr netip.Addr, ready bool) (sample, error) {
+	ev := w.expect("agent", addr, ready)
+	flipped := srv.flip(addr, ready)
+	got, err := ev.wait(ctx, b.o.waitTimeout)
+	if err != nil {
+		return sample{}, fmt.Errorf("%s ready=%v: %w", addr, ready, errors.Join(err, b.agent.running()))
+	}
+	decisive := srv.decisive(addr)
+	if decisive.IsZero() {
+		return sample{}, fmt.Errorf("%s ready=%v: the slice changed before any probe saw the flip", addr, ready)
+	}
+	return sample{latency: got.Sub(decisive), phase: decisive.Sub(flipped), ready: ready}, nil
+}
+
+// kcmSample flips pod i's Ready condition and measures from the start of the status update to
+// the watch event.
+func (b *bench) kcmSample(ctx context.Context, w *watcher, pods *statusPods, i int, ready bool) (sample, error) {
+	ev := w.expect("builtin", pods.ips[i], ready)
+	start := time.Now()
+	if err := pods.setReady(ctx, i, ready); err != nil {
+		return sample{}, err
+	}
+	rtt := time.Since(start)
+	got, err := ev.wait(ctx, b.o.waitTimeout)
+	if err != nil {
+		return sample{}, fmt.Errorf("%s ready=%v: %w", pods.ips[i], ready, errors.Join(err, b.kcm.running()))
+	}
+	return sample{latency: got.Sub(start), phase: rtt, ready: ready}, nil
+}
+
+// flipServer is one HTTP server per listener that answers 200 or 500 per local address and
+// records when the first request after a flip arrived (the decisive probe).
+type flipServer struct {
+	mu    sync.Mutex
+	addrs map[netip.Addr]*addrState
+	srvs  []*http.Server
+}
+
+type addrState struct {
+	healthy  bool
+	pending  bool      // flipped, no request seen since
+	decisive time.Time // arrival of the first request after the last flip
+}
+
+func newFlipServer() *flipServer { return &flipServer{addrs: map[netip.Addr]*addrState{}} }
+
+func (f *flipServer) track(ips []netip.Addr) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, ip := range ips {
+		f.addrs[ip] = &addrState{healthy: true}
+	}
+}
+
+// listen must run inside the pods' network namespace (InNetns); serving goes on outside it.
+func (f *flipServer) listen(addr string) error {
+	ln, err := net.Listen("tcp4", addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", addr, err)
+	}
+	s := &http.Server{Handler: http.HandlerFunc(f.serveHTTP), ReadHeaderTimeout: 10 * time.Second}
+	s.SetKeepAlivesEnabled(false)
+	f.mu.Lock()
+	f.srvs = append(f.srvs, s)
+	f.mu.Unlock()
+	go func() { _ = s.Serve(ln) }()
+	return nil
+}
+
+func (f *flipServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	now := time.Now()
+	local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	ap, err := netip.ParseAddrPort(fmt.Sprint(local))
+	code := http.StatusMisdirectedRequest
+	if err == nil {
+		f.mu.Lock()
+		if st, ok := f.addrs[ap.Addr().Unmap()]; ok {
+			if st.pending {
+				st.pending, st.decisive = false, now
+			}
+			code = http.StatusOK
+			if !st.healthy {
+				code = http.StatusInternalServerError
+			}
+		}
+		f.mu.Unlock()
+	}
+	w.WriteHeader(code)
+}
+
+// flip sets addr's answer and returns the time of the flip.
+func (f *flipServer) flip(addr netip.Addr, healthy bool) time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := f.addrs[addr]
+	st.healthy, st.pending, st.decisive = healthy, true, time.Time{}
+	return time.Now()
+}
+
+func (f *flipServer) decisive(addr netip.Addr) time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.addrs[addr].decisive
+}
+
+func (f *flipServer) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range f.srvs {
+		_ = s.Close()
+	}
+}
+
+// statusPods are Pod objects for the built-in controller, whose Ready condition the benchmark
+// flips through the status subresource (what a kubelet does after a decisive readiness probe).
+type statusPods struct {
+	c      *cluster.Cluster
+	labels map[string]string
+	pods   []*cluster.Pod
+	objs   []*corev1.Pod
+	ips    []netip.Addr
+}
+
+func newStatusPods(ctx context.Context, c *cluster.Cluster, ns string, n int) (*statusPods, error) {
+	sp := &statusPods{c: c, labels: map[string]string{"app": "builtin-" + strconv.Itoa(n)}}
+	sp.pods, sp.objs = make([]*cluster.Pod, n), make([]*corev1.Pod, n)
+	err := parallel(ctx, n, 16, func(ctx context.Context, i int) error {
+		p, err := c.NewPod(ctx, cluster.PodSpec{Namespace: ns, Name: fmt.Sprintf("builtin-%d", i), Node: kcmNode, Labels: sp.labels, ObjectOnly: true})
+		if err != nil {
+			return err
+		}
+		sp.pods[i] = p
+		obj, err := p.Object(ctx)
+		if err != nil {
+			return err
+		}
+		sp.objs[i] = obj
+		return nil
+	})
+	sp.ips = make([]netip.Addr, 0, n)
+	for _, p := range sp.pods {
+		if p != nil {
+			sp.ips = append(sp.ips, p.IP)
+		}
+	}
+	if err != nil {
+		sp.remove()
+		return nil, err
+	}
+	return sp, nil
+}
+
+// setReady writes pod i's Ready and ContainersReady conditions and its container's ready flag
+// with one status update (the benchmark is the only writer, so its last copy is current).
+func (sp *statusPods) setReady(ctx context.Context, i int, ready bool) error {
+	pod := sp.objs[i].DeepCopy()
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	now := metav1.Now()
+	for j := range pod.Status.Conditions {
+		if t := pod.Status.Conditions[j].Type; t == corev1.PodReady || t == corev1.ContainersReady {
+			pod.Status.Conditions[j].Status, pod.Status.Conditions[j].LastTransitionTime = status, now
+		}
+	}
+	for j := range pod.Status.ContainerStatuses {
+		pod.Status.ContainerStatuses[j].Ready = ready
+	}
+	if err := sp.c.Env.Client.Status().Update(ctx, pod); err != nil {
+		return fmt.Errorf("updating the status of pod %s: %w", pod.Name, err)
+	}
+	sp.objs[i] = pod
+	return nil
+}
+
+func (sp *statusPods) remove() {
+	_ = parallel(context.Background(), len(sp.pods), 16, func(ctx context.Context, i int) error {
+		if sp.pods[i] != nil {
+			return sp.pods[i].Remove(ctx)
+		}
+		return nil
+	})
+}
+
+func parallel(ctx context.Context, n, workers int, fn func(context.Context, int) error) error {
+	idx := make(chan int)
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range idx {
+				if err := fn(ctx, i); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for i := range n {
+		idx <- i
+	}
+	close(idx)
+	wg.Wait()
+	if len(errs) > 3 {
+		errs = append(errs[:3], fmt.Errorf("and %d more errors", len(errs)-3))
+	}
+	return errors.Join(errs...)
+}
+
+// watcher is an EndpointSlice informer for one namespace; its handler stamps the moment an
+// expected endpoint state shows up.
+type watcher struct {
+	cancel   context.CancelFunc
+	informer cache.SharedIndexInformer
+	mu       sync.Mutex
+	want     map[string]*expectation // by service name
+}
+
+type expectation struct {
+	service string
+	addr    string
+	ready   bool
+	seen    chan time.Time
+}
+
+func newWatcher(ctx context.Context, cs kubernetes.Interface, ns string) (*watcher, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns))
+	w := &watcher{cancel: cancel, informer: f.Discovery().V1().EndpointSlices().Informer(), want: map[string]*expectation{}}
+	if _, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    w.observe,
+		UpdateFunc: func(_, obj any) { w.observe(obj) },
+	}); err != nil {
+		cancel()
+		return nil, fmt.Errorf("EndpointSlice informer: %w", err)
+	}
+	f.Start(ctx.Done())
+	for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			cancel()
+			return nil, fmt.Errorf("informer for %v did not sync", typ)
+		}
+	}
+	return w, nil
+}
+
+func (w *watcher) stop() { w.cancel() }
+
+func (w *watcher) observe(obj any) {
+	now := time.Now()
+	slice, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return
+	}
+	svc := slice.Labels[discoveryv1.LabelServiceName]
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e := w.want[svc]
+	if e == nil {
+		return
+	}
+	for _, ep := range slice.Endpoints {
+		if len(ep.Addresses) > 0 && ep.Addresses[0] == e.addr && isReady(ep) == e.ready {
+			delete(w.want, svc)
+			e.seen <- now
+			return
+		}
+	}
+}
+
+func isReady(ep discoveryv1.Endpoint) bool {
+	return ep.Conditions.Ready == nil || *ep.Conditions.Ready
+}
+
+// expect registers what the next watch event of the service's slices must show.
+func (w *watcher) expect(service string, addr netip.Addr, ready bool) *expectation {
+	e := &expectation{service: service, addr: addr.String(), ready: ready, seen: make(chan time.Time, 1)}
+	w.mu.Lock()
+	w.want[service] = e
+	w.mu.Unlock()
+	return e
+}
+
+func (e *expectation) wait(ctx context.Context, timeout time.Duration) (time.Time, error) {
+	select {
+	case t := <-e.seen:
+		return t, nil
+	case <-time.After(timeout):
+		return time.Time{}, fmt.Errorf("no watch event with the endpoint ready=%v within %s: %w", e.ready, timeout, errTimeout)
+	case <-ctx.Done():
+		return time.Time{}, ctx.Err()
+	}
+}
+
+// waitAllReady waits until the service's slices list every address as ready.
+func (w *watcher) waitAllReady(ctx context.Context, service string, ips []netip.Addr, timeout time.Duration, p *proc) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ready := map[string]bool{}
+		for _, obj := range w.informer.GetStore().List() {
+			s := obj.(*discoveryv1.EndpointSlice)
+			if s.Labels[discoveryv1.LabelServiceName] != service {
+				continue
+			}
+			for _, ep := range s.Endpoints {
+				if isReady(ep) && len(ep.Addresses) > 0 {
+					ready[ep.Addresses[0]] = true
+				}
+			}
+		}
+		missing := 0
+		for _, ip := range ips {
+			if !ready[ip.String()] {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return nil
+		}
+		if err := p.running(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d endpoints not ready after %s: %w", missing, len(ips), timeout, errTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (w *watcher) sliceCount(service string) int {
+	n := 0
+	for _, obj := range w.informer.GetStore().List() {
+		if obj.(*discoveryv1.EndpointSlice).Labels[discoveryv1.LabelServiceName] == service {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,186 @@
+// Command publish measures publish latency: from a decisive probe result to the EndpointSlice
+// change a watcher sees, for the agent program (images/agent/cmd/agent) and, side by side on
+// the same API server, for kube-controller-manager's EndpointSlice controller reacting to a
+// pod's Ready condition. It runs as root inside the isolated namespaces of testkit/cluster and
+// prints a markdown section. See docs/BENCHMARKS.md ("Publish latency").
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
+)
+
+// options are the command line.
+type options struct {
+	agent       string
+	sizes       []int
+	samples     int
+	rounds      int
+	agentArgs   string
+	kcmArgs     string
+	individual  bool
+	waitTimeout time.Duration
+}
+
+func main() {
+	cluster.Isolate() // returns only inside the isolated namespaces (or at once without root)
+	var o options
+	var sizes string
+	flag.StringVar(&o.agent, "agent", "", "path of the built agent program (images/agent/cmd/agent); required")
+	flag.StringVar(&sizes, "sizes", "100,1000", "endpoints on the node, comma separated")
+	flag.IntVar(&o.samples, "samples", 100, "flips measured per path, size and round")
+	flag.IntVar(&o.rounds, "rounds", 3, "rounds of samples per size")
+	flag.StringVar(&o.agentArgs, "agent-args", "", "extra agent arguments, space separated")
+	flag.StringVar(&o.kcmArgs, "kcm-args", "", "extra kube-controller-manager arguments, space separated")
+	flag.BoolVar(&o.individual, "individual-pods", false, "one network namespace per pod (cluster.AddPod) instead of cluster.NewBulkPods")
+	flag.DurationVar(&o.waitTimeout, "wait", 15*time.Second, "give up on one sample after this long")
+	flag.Parse()
+	for s := range strings.SplitSeq(sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > 1000 {
+			fmt.Fprintf(os.Stderr, "publish: -sizes: %q is not a number from 1 to 1000 (one slice holds at most 1000 endpoints)\n", s)
+			os.Exit(2)
+		}
+		o.sizes = append(o.sizes, n)
+	}
+	if o.agent == "" {
+		fmt.Fprintln(os.Stderr, "publish: -agent is required")
+		os.Exit(2)
+	}
+	os.Exit(run(o))
+}
+
+func run(o options) (code int) {
+	c, err := cluster.New(cluster.Options{Nodes: []cluster.Node{
+		{Name: agentNode, Zone: "zone-a"},
+		{Name: kcmNode, Zone: "zone-a"},
+	}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "publish:", err)
+		return 1
+	}
+	defer func() {
+		if err := c.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "publish: stopping the cluster:", err)
+			code = 1
+		}
+		if left := cluster.Leftovers(); len(left) > 0 {
+			fmt.Fprintln(os.Stderr, "publish: left over:", left)
+			code = 1
+		}
+	}()
+	ctx := context.Background()
+	b, err := newBench(ctx, c, o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "publish:", err)
+		return 1
+	}
+	defer b.stop()
+	var results []sizeResult
+	for _, n := range o.sizes {
+		fmt.Fprintf(os.Stderr, "publish: %d endpoints\n", n)
+		r, err := b.measure(ctx, n)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "publish: %d endpoints: %v\n", n, err)
+			b.dumpLogs()
+			return 1
+		}
+		results = append(results, r)
+	}
+	report(os.Stdout, o, results)
+	return 0
+}
+
+// Node names: the agent serves agentNode; the pods the built-in controller publishes run on
+// kcmNode, so the agent never sees them.
+const (
+	agentNode = "node-a"
+	kcmNode   = "node-b"
+)
+
+// proc is a program the benchmark started; stopped by its PID.
+type proc struct {
+	name    string
+	cmd     *exec.Cmd
+	log     string
+	exited  chan struct{}
+	started time.Time
+}
+
+func startProc(name, dir string, path string, args ...string) (*proc, error) {
+	logPath := filepath.Join(dir, name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("%s log: %w", name, err)
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, log: logPath, exited: make(chan struct{}), started: time.Now()}
+	go func() {
+		_ = cmd.Wait()
+		_ = f.Close()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+func (p *proc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+func (p *proc) running() error {
+	select {
+	case <-p.exited:
+		return fmt.Errorf("%s exited", p.name)
+	default:
+		return nil
+	}
+}
+
+func (p *proc) dumpLog() {
+	raw, err := os.ReadFile(p.log)
+	if err != nil {
+		return
+	}
+	s := string(raw)
+	if len(s) > 4000 {
+		s = s[len(s)-4000:]
+	}
+	fmt.Fprintf(os.Stderr, "--- %s output (tail) ---\n%s\n", p.name, s)
+}
+
+// kcmBinary is kube-controller-manager as tools/build.sh built it.
+func kcmBinary() (string, error) { return controlplane.Binary("kube-controller-manager") }
+
+func addrs(n int, f func(i int) netip.Addr) []netip.Addr {
+	out := make([]netip.Addr, n)
+	for i := range out {
+		out[i] = f(i)
+	}
+	return out
+}
+
+var errTimeout = errors.New("timed out")

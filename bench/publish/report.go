@@ -1,0 +1,112 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"slices"
+	"time"
+)
+
+// report prints the markdown section.
+func report(w io.Writer, o options, rs []sizeResult) {
+	p := func(format string, a ...any) { _, _ = fmt.Fprintf(w, format, a...) }
+	p("## Publish latency\n\n")
+	pods := "`cluster.NewBulkPods`: one network namespace, an address per pod"
+	if o.individual {
+		pods = "`cluster.NewPod`: a network namespace per pod"
+	}
+	p("Agent: the agent program on %s probing n pods (%s) over HTTP, `periodSeconds: 1`, thresholds 1; one endpoint's "+
+		"server flips 200→500 or back; latency = EndpointSlice watch event showing the endpoint's new `ready` − arrival of the "+
+		"decisive probe's request at the pod's server. Built-in: kube-controller-manager `--controllers=endpointslice-controller` "+
+		"(defaults: `--endpointslice-updates-batch-period` 0, 100 endpoints per slice) for n Pod objects on %s selected by a "+
+		"Service; latency = watch event − start of the pod's status update (Ready and ContainersReady). The two alternate "+
+		"sample by sample on one API server; %d samples per path, size and round (half down, half up). Host: %s, %d CPUs, %s.\n\n",
+		agentNode, pods, kcmNode, o.samples, hostname(), runtime.NumCPU(), runtime.Version())
+	p("| endpoints | round | load (1/5/15 min) | agent p50 | agent p99 | built-in p50 | built-in p99 | agent / built-in p50 | agent / built-in p99 |\n")
+	p("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, r := range rs {
+		var a50, a99, k50, k99 []float64
+		for i, rd := range r.rounds {
+			al, kl := lat(rd.agent), lat(rd.kcm)
+			p("| %d | %d | %s | %s | %s | %s | %s | %.1f× | %.1f× |\n", r.n, i+1, rd.load,
+				ms(pct(al, 50)), ms(pct(al, 99)), ms(pct(kl, 50)), ms(pct(kl, 99)),
+				ratio(pct(al, 50), pct(kl, 50)), ratio(pct(al, 99), pct(kl, 99)))
+			a50, a99 = append(a50, float64(pct(al, 50))), append(a99, float64(pct(al, 99)))
+			k50, k99 = append(k50, float64(pct(kl, 50))), append(k99, float64(pct(kl, 99)))
+		}
+		m := func(v []float64) time.Duration { return time.Duration(median(v)) }
+		p("| **%d** | **median** | | **%s** | **%s** | **%s** | **%s** | **%.1f×** | **%.1f×** |\n", r.n,
+			ms(m(a50)), ms(m(a99)), ms(m(k50)), ms(m(k99)), ratio(m(a50), m(k50)), ratio(m(a99), m(k99)))
+	}
+	p("\n| endpoints | setup | slices (agent / built-in) | agent: flip → decisive probe, median | built-in: status update round trip, median | agent CPU while sampling | agent peak RSS | agent slice writes per flip |\n")
+	p("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, r := range rs {
+		var phase, rtt []time.Duration
+		flips := 0
+		for _, rd := range r.rounds {
+			for _, s := range rd.agent {
+				phase = append(phase, s.phase)
+			}
+			for _, s := range rd.kcm {
+				rtt = append(rtt, s.phase)
+			}
+			flips += len(rd.agent)
+		}
+		p("| %d | %s | %d / %d | %s | %s | %.0f %% of a core | %.0f MiB | %.2f |\n", r.n, r.setup.Round(100*time.Millisecond),
+			r.agentSlices, r.kcmSlices, ms(pct(phase, 50)), ms(pct(rtt, 50)),
+			100*r.agentCPU.Seconds()/r.sampling.Seconds(), float64(r.agentRSS)/(1<<20), r.agentWrites/float64(max(flips, 1)))
+	}
+	p("\n")
+}
+
+func lat(ss []sample) []time.Duration {
+	out := make([]time.Duration, len(ss))
+	for i, s := range ss {
+		out[i] = s.latency
+	}
+	return out
+}
+
+// pct is the nearest-rank percentile.
+func pct(v []time.Duration, q float64) time.Duration {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	k := int(math.Ceil(q/100*float64(len(s)))) - 1
+	return s[min(max(k, 0), len(s)-1)]
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func ratio(a, b time.Duration) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// ms formats a duration in milliseconds.
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return "?"
+	}
+	return h
+}
