@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+)
+
+// Protocols of the traffic loops.
+const (
+	protoHTTP    = "http"
+	protoSMTP    = "smtp"
+	protoPGRead  = "postgres read"
+	protoPGWrite = "postgres write"
+)
+
+// Pacing of the loops: one request per interval, each on a new connection.
+const (
+	loopInterval = 100 * time.Millisecond
+	pgInterval   = 200 * time.Millisecond
+	loopTimeout  = 2 * time.Second
+	// chunk is how long one cluster.Traffic loop runs before its results join the window.
+	chunk = time.Second
+)
+
+// loop sends requests through one Service's ClusterIP for as long as the demo runs and keeps the
+// results of the last window.
+type loop struct {
+	d       *demo
+	service string
+	port    int32
+	proto   string
+
+	mu      sync.Mutex
+	results cluster.Results
+}
+
+func (d *demo) newLoop(service string, port int32, proto string) *loop {
+	return &loop{d: d, service: service, port: port, proto: proto}
+}
+
+func (l *loop) add(rs ...cluster.Result) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.results = append(l.results, rs...)
+	cut := time.Now().Add(-l.d.cfg.Window)
+	i := sort.Search(len(l.results), func(i int) bool { return !l.results[i].Start.Before(cut) })
+	l.results = append(cluster.Results(nil), l.results[i:]...)
+}
+
+// window returns the results of the last window.
+func (l *loop) window() cluster.Results {
+	l.add()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append(cluster.Results(nil), l.results...)
+}
+
+func (l *loop) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		switch l.proto {
+		case protoPGRead, protoPGWrite:
+			l.runPG(ctx)
+		default:
+			l.runChunk(ctx)
+		}
+	}
+}
+
+// runChunk runs one second of the harness's traffic client (HTTP or SMTP).
+func (l *loop) runChunk(ctx context.Context) {
+	proto := cluster.HTTP
+	if l.proto == protoSMTP {
+		proto = cluster.SMTP
+	}
+	start := time.Now()
+	tr, err := l.d.c.StartTraffic(ctx, cluster.TrafficOptions{
+		Service: demoNamespace + "/" + l.service, Port: l.port, Protocol: proto,
+		Interval: loopInterval, Duration: chunk, Timeout: loopTimeout,
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			l.add(cluster.Result{Start: start, Err: err.Error()})
+			sleep(ctx, chunk)
+		}
+		return
+	}
+	l.add(tr.Wait()...)
+}
+
+// runPG sends one PostgreSQL request and waits for the next interval.
+func (l *loop) runPG(ctx context.Context) {
+	start := time.Now()
+	res := cluster.Result{Start: start}
+	ip, err := l.d.serviceIP(ctx, l.service)
+	if err == nil {
+		res.Pod, err = l.d.pgRequest(ctx, ip, l.proto == protoPGWrite, loopTimeout)
+	}
+	res.Duration = time.Since(start)
+	if ctx.Err() != nil {
+		return
+	}
+	res.OK = err == nil
+	if err != nil {
+		res.Err = err.Error()
+	}
+	l.add(res)
+	sleep(ctx, pgInterval-time.Since(start))
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// short keeps the end of an error, the part a person needs ("connect: connection refused"), on
+// one line.
+func short(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if parts := strings.Split(s, ": "); len(parts) > 2 {
+		s = strings.Join(parts[len(parts)-2:], ": ")
+	}
+	if len(s) > 90 {
+		s = s[:87] + "..."
+	}
+	return s
+}
+
+// Summary is a loop's window as the view shows it.
+type Summary struct {
+	Service string
+	Proto   string
+	Target  string
+	OK      int
+	Failed  int
+	ByPod   map[string]int
+	// LastErr is the newest failure's reason.
+	LastErr string
+	// LastOK tells whether the newest request succeeded.
+	LastOK bool
+}
+
+func (l *loop) summary(ctx context.Context) Summary {
+	rs := l.window()
+	s := Summary{Service: l.service, Proto: l.proto, ByPod: map[string]int{}}
+	if ip, err := l.d.serviceIP(ctx, l.service); err == nil {
+		s.Target = net.JoinHostPort(ip, fmt.Sprint(l.port))
+	}
+	for _, r := range rs {
+		if r.OK {
+			s.OK++
+			s.ByPod[r.Pod]++
+		} else {
+			s.Failed++
+			s.LastErr = short(r.Err)
+		}
+	}
+	if len(rs) > 0 {
+		s.LastOK = rs[len(rs)-1].OK
+	}
+	return s
+}

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+)
+
+// TestMain runs the program itself when asked (the not-root test), otherwise the tests,
+// isolated like every user of the cluster harness.
+func TestMain(m *testing.M) {
+	if os.Getenv("SWH_RUN_MAIN") == "1" {
+		os.Exit(mainCode(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	cluster.RunIsolated(m)
+}
+
+// The demo comes up with every example resource publishing its pods and the traffic through
+// every Service's ClusterIP succeeding; a control command from "another terminal" (the control
+// socket) takes effect in the view; stopping it removes the run folder.
+func TestTheDemoComesUpAndReactsToAControlCommand(t *testing.T) {
+	cluster.SkipUnlessIsolated(t)
+	// A short path: a unix socket's path is at most 107 bytes.
+	base, err := os.MkdirTemp("", "swhrun-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(base) })
+	runDir := filepath.Join(base, "run")
+	sock := filepath.Join(runDir, "control.sock")
+	var latest atomic.Pointer[View]
+	out := &syncBuffer{}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	var runErr error
+	go func() {
+		runErr = run(ctx, Config{Socket: sock, Plain: true, Window: 5 * time.Second, Out: out, OnView: func(v *View) { latest.Store(v) }})
+		close(done)
+	}()
+	stop := func() error {
+		cancel()
+		<-done
+		return runErr
+	}
+	// waitFor polls cond and fails at once when the demo ended.
+	waitFor := func(timeout time.Duration, cond func(v *View) bool, msg string) {
+		t.Helper()
+		deadline := time.Now().Add(timeout)
+		for {
+			select {
+			case <-done:
+				t.Fatalf("the demo ended early: %v", runErr)
+			default:
+			}
+			if v := latest.Load(); v != nil && cond(v) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within %s; the last view:\n%s", msg, timeout, latest.Load().textOrNone())
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	t.Cleanup(func() {
+		_ = stop()
+		if t.Failed() {
+			t.Logf("the demo's output:\n%s", out.String())
+		}
+	})
+
+	waitFor(4*time.Minute, func(v *View) bool { return v.Ready }, "every resource publishes its pods and the traffic is OK")
+	v := latest.Load()
+	wantIn := map[string][]string{"db-read": {"db-0", "db-1"}, "db-write": {"db-0"}, "smtp": {"vm-0"}, "web": {"vm-0"}}
+	for name, pods := range wantIn {
+		require.Contains(t, v.Resources, name)
+		r := v.Resources[name]
+		assert.Contains(t, v.Text, "\n"+name+"  ClusterIP "+r.ClusterIP+"  Ready=True\n")
+		require.Len(t, r.Ports, 1)
+		var in []string
+		for _, p := range r.Ports[0].Pods {
+			if p.In {
+				in = append(in, p.Pod)
+				assert.Regexp(t, `IN  `+p.Pod+` +on `+p.Node+` +`+p.Endpoint+` +ready`, v.Text)
+			}
+		}
+		assert.Equal(t, pods, in, "%s publishes exactly these pods", name)
+		sum := v.Traffic[name]
+		assert.Positive(t, sum.OK, "traffic through %s", name)
+		assert.Zero(t, sum.Failed, "traffic through %s", name)
+		for _, p := range pods {
+			assert.Positive(t, sum.ByPod[demoNamespace+"/"+p], "%s answered through %s", p, name)
+		}
+	}
+	replica := v.Resources["db-write"].Ports[0].Pods[1]
+	assert.Equal(t, "db-1", replica.Pod)
+	assert.Contains(t, replica.Why, "query returned false", "the view says why the replica is out of db-write")
+
+	var reply bytes.Buffer
+	require.NoError(t, runCtl(sock, []string{"stop-smtp"}, &reply))
+	assert.Equal(t, "SMTP server of vm-0 stopped\n", reply.String())
+	waitFor(time.Minute, func(v *View) bool {
+		smtp, web := v.Resources["smtp"].Ports[0].Pods[0], v.Resources["web"].Ports[0].Pods[0]
+		return !smtp.In && strings.Contains(smtp.Why, "connection refused") && web.In &&
+			strings.Contains(v.Text, "OUT vm-0") && strings.Contains(v.Text, "stop-smtp: SMTP server of vm-0 stopped")
+	}, "vm-0 leaves smtp with the probe's reason and stays in web")
+
+	err = runCtl(sock, []string{"stop-agent"}, io.Discard)
+	require.EqualError(t, err, "stop-agent needs NODE")
+
+	require.NoError(t, stop(), "the demo stops cleanly")
+	assert.NoDirExists(t, runDir, "the run folder and its socket are removed")
+	err = runCtl(sock, []string{"stop-smtp"}, io.Discard)
+	require.ErrorContains(t, err, "no demo is running")
+}
+
+// Without root the program says why in one line and exits non-zero.
+func TestWithoutRootItSaysWhyInOneLine(t *testing.T) {
+	if os.Geteuid() != 0 {
+		var stderr bytes.Buffer
+		assert.Equal(t, 1, mainCode(nil, io.Discard, &stderr))
+		assert.Equal(t, notRootMessage+"\n", stderr.String())
+		return
+	}
+	// As root: run a copy of this binary as nobody.
+	dir, err := os.MkdirTemp("", "swh-run-nobody-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755))
+	bin := filepath.Join(dir, "swh-run")
+	data, err := os.ReadFile(os.Args[0])
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(bin, data, 0o755)) //nolint:gosec // an executable copy of this test binary
+	cmd := exec.CommandContext(t.Context(), bin)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "SWH_RUN_MAIN=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	var exit *exec.ExitError
+	require.True(t, errors.As(err, &exit), "the program fails: %v (%s)", err, stderr.String())
+	assert.Equal(t, 1, exit.ExitCode())
+	assert.Equal(t, notRootMessage+"\n", stderr.String())
+	assert.Empty(t, stdout.String())
+}
+
+func TestParse(t *testing.T) {
+	tests := map[string]struct {
+		args []string
+		want string
+	}{
+		"no flags run the demo":              {},
+		"a smoke run":                        {args: []string{"--exit-after-ready", "--plain"}},
+		"a stray argument is an error":       {args: []string{"stop-smtp"}, want: `unexpected argument "stop-smtp" (the control commands are ` + "`swh-run ctl ...`)"},
+		"a window below a second is refused": {args: []string{"--window=100ms"}, want: "--window 100ms: must be at least 1s"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := parse(tc.args, io.Discard)
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.EqualError(t, err, tc.want)
+		})
+	}
+}
+
+func TestHelpListsEveryCommand(t *testing.T) {
+	h := helpText()
+	for name := range commands {
+		assert.Contains(t, h, "  "+name, "help names %s", name)
+	}
+}
+
+// syncBuffer is a bytes.Buffer the demo and the test may share.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

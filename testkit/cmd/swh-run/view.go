@@ -1,0 +1,464 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
+)
+
+// Event reasons the agent records on probe transitions (images/agent/internal/agent).
+const (
+	reasonPortReady    = "PortReady"
+	reasonPortNotReady = "PortNotReady"
+)
+
+// View is one rendering of the demo: the model and its text.
+type View struct {
+	// Text is what the terminal shows.
+	Text string
+	// Resources, by name.
+	Resources map[string]*ResourceView
+	// Traffic, by Service name.
+	Traffic map[string]Summary
+	// Ready: every resource publishes what it should and every traffic loop is OK.
+	Ready bool
+}
+
+// textOrNone is the view's text, for messages.
+func (v *View) textOrNone() string {
+	if v == nil {
+		return "(none yet)"
+	}
+	return v.Text
+}
+
+// ResourceView is one ServiceWithHealthchecks as shown.
+type ResourceView struct {
+	Name      string
+	ClusterIP string
+	Ready     string // the Ready condition's status, and its message when not True
+	Ports     []PortView
+}
+
+// PortView is one Service port: every selected pod, in or out.
+type PortView struct {
+	Name  string // the port's name, or its number for an unnamed port
+	Pods  []PodState
+	Ready int
+}
+
+// PodState is one pod on one port.
+type PodState struct {
+	Pod      string
+	Node     string
+	Endpoint string // ip:port published, empty when not published
+	In       bool   // published ready
+	Serving  bool
+	Why      string // why it is out (or "ready")
+}
+
+// show renders the view until ctx ends (or, with ExitAfterReady, until it is ready): on every
+// change a watch reports, and every second for the traffic counts.
+func (d *demo) show(ctx context.Context) error {
+	changes := make(chan struct{}, 1)
+	d.watch(ctx, changes)
+	tty := !d.cfg.Plain && isTerminal(d.cfg.Out)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	last, printed := "", time.Time{}
+	readySince := time.Time{}
+	for {
+		v := d.render(ctx)
+		if d.cfg.OnView != nil {
+			d.cfg.OnView(v)
+		}
+		switch {
+		case tty:
+			_, _ = fmt.Fprint(d.cfg.Out, "\x1b[H\x1b[2J"+v.Text)
+		case stable(v.Text) != last || time.Since(printed) >= plainEvery:
+			_, _ = fmt.Fprint(d.cfg.Out, v.Text+"\n")
+			last, printed = stable(v.Text), time.Now()
+		}
+		if d.cfg.ExitAfterReady && v.Ready {
+			// Ready for two views in a row, a second apart: the traffic counts are settled.
+			if readySince.IsZero() {
+				readySince = time.Now()
+			} else if time.Since(readySince) >= time.Second {
+				if !tty {
+					_, _ = fmt.Fprint(d.cfg.Out, v.Text+"\n")
+				}
+				d.progress("ready: every resource publishes its pods and traffic through every Service succeeds (--exit-after-ready)")
+				return nil
+			}
+		} else {
+			readySince = time.Time{}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		case <-changes:
+			// Let a burst of changes settle before drawing.
+			sleep(ctx, 100*time.Millisecond)
+		}
+	}
+}
+
+// plainEvery is how often a plain view is printed when nothing but counts and ages changed.
+const plainEvery = 10 * time.Second
+
+// volatile matches what changes in every view without news: ages, counts, who answered.
+var volatile = regexp.MustCompile(`\d+(\.\d+)?(ms|s|m)\b|\d+ ok, \d+ failed|answered: [^·\n]*|· up [^·]*`)
+
+// stable is the view without its clock line and volatile parts: a plain view is printed when it
+// changes.
+func stable(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	return volatile.ReplaceAllString(s, "")
+}
+
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// watch signals changes of the demo's resources, slices, Events and the agents' Leases.
+func (d *demo) watch(ctx context.Context, changes chan<- struct{}) {
+	wc, err := client.NewWithWatch(d.c.Env.Config, client.Options{Scheme: d.c.Env.Scheme})
+	if err != nil {
+		d.progress("no watches (%v): the view refreshes every second", err)
+		return
+	}
+	lists := []struct {
+		list client.ObjectList
+		ns   string
+	}{
+		{&v1alpha1.ServiceWithHealthchecksList{}, demoNamespace},
+		{&discoveryv1.EndpointSliceList{}, demoNamespace},
+		{&eventsv1.EventList{}, demoNamespace},
+		{&coordinationv1.LeaseList{}, stack.Namespace},
+		{&corev1.NodeList{}, ""},
+	}
+	for _, l := range lists {
+		d.bg.Go(func() {
+			for ctx.Err() == nil {
+				var opts []client.ListOption
+				if l.ns != "" {
+					opts = append(opts, client.InNamespace(l.ns))
+				}
+				w, err := wc.Watch(ctx, l.list, opts...)
+				if err != nil {
+					sleep(ctx, time.Second)
+					continue
+				}
+			events:
+				for {
+					select {
+					case <-ctx.Done():
+						w.Stop()
+						return
+					case _, ok := <-w.ResultChan():
+						if !ok {
+							break events
+						}
+						select {
+						case changes <- struct{}{}:
+						default:
+						}
+					}
+				}
+				w.Stop()
+			}
+		})
+	}
+}
+
+// render reads the cluster and draws the view.
+func (d *demo) render(ctx context.Context) *View {
+	v := &View{Resources: map[string]*ResourceView{}, Traffic: map[string]Summary{}}
+	var b strings.Builder
+	now := time.Now()
+	fmt.Fprintf(&b, "service-with-healthchecks demo · %s · up %s · Ctrl-C stops and removes everything\n",
+		now.Format("15:04:05"), now.Sub(d.start).Truncate(time.Second))
+	cl := d.c.Env.Client
+	var (
+		swhs   v1alpha1.ServiceWithHealthchecksList
+		slcs   discoveryv1.EndpointSliceList
+		pods   corev1.PodList
+		events eventsv1.EventList
+		leases coordinationv1.LeaseList
+		nodes  corev1.NodeList
+	)
+	errs := []error{
+		cl.List(ctx, &swhs, client.InNamespace(demoNamespace)),
+		cl.List(ctx, &slcs, client.InNamespace(demoNamespace), client.MatchingLabels{discoveryv1.LabelManagedBy: slicemeta.ManagedBy}),
+		cl.List(ctx, &pods, client.InNamespace(demoNamespace)),
+		cl.List(ctx, &events, client.InNamespace(demoNamespace)),
+		cl.List(ctx, &leases, client.InNamespace(stack.Namespace)),
+		cl.List(ctx, &nodes),
+	}
+	for _, err := range errs {
+		if err != nil && ctx.Err() == nil {
+			fmt.Fprintf(&b, "! reading the API server: %v\n", err)
+			break
+		}
+	}
+	d.renderCluster(&b, leases.Items, nodes.Items)
+
+	sort.Slice(swhs.Items, func(i, j int) bool { return swhs.Items[i].Name < swhs.Items[j].Name })
+	ready := len(swhs.Items) == len(d.loops)
+	for i := range swhs.Items {
+		r := d.resourceView(&swhs.Items[i], slcs.Items, pods.Items, events.Items, nodes.Items)
+		v.Resources[r.Name] = r
+		sum := Summary{}
+		for _, l := range d.loops {
+			if l.service == r.Name {
+				sum = l.summary(ctx)
+				v.Traffic[r.Name] = sum
+			}
+		}
+		writeResource(&b, r, sum)
+		if !resourceReady(r, sum) {
+			ready = false
+		}
+	}
+	d.mu.Lock()
+	notes := slices.Clone(d.notes)
+	d.mu.Unlock()
+	b.WriteString("\nbreak things from another terminal: make run-ctl ARGS=help   (or: go run ./testkit/cmd/swh-run ctl help)\n")
+	for _, n := range notes {
+		fmt.Fprintf(&b, "  %s\n", n)
+	}
+	v.Ready = ready
+	v.Text = b.String()
+	return v
+}
+
+func (d *demo) renderCluster(b *strings.Builder, leases []coordinationv1.Lease, nodes []corev1.Node) {
+	leader, _ := d.s.Leader()
+	var ctrls []string
+	for i := range d.s.Controllers() {
+		pid := d.s.ControllerPID(i)
+		switch {
+		case pid == 0:
+			ctrls = append(ctrls, fmt.Sprintf("controller-%d stopped", i))
+		case i == leader:
+			ctrls = append(ctrls, fmt.Sprintf("controller-%d (pid %d) LEADER", i, pid))
+		default:
+			ctrls = append(ctrls, fmt.Sprintf("controller-%d (pid %d) standby", i, pid))
+		}
+	}
+	fmt.Fprintf(b, "controllers: %s\n", strings.Join(ctrls, ", "))
+	renewed := map[string]time.Time{}
+	for _, l := range leases {
+		if l.Spec.HolderIdentity != nil && l.Spec.RenewTime != nil && l.Name == slicemeta.AgentLeaseName(*l.Spec.HolderIdentity) {
+			renewed[*l.Spec.HolderIdentity] = l.Spec.RenewTime.Time
+		}
+	}
+	exists := map[string]bool{}
+	for _, n := range nodes {
+		exists[n.Name] = true
+	}
+	var parts []string
+	for _, n := range d.c.Nodes {
+		agent := "agent stopped"
+		if pid := d.s.AgentPID(n.Name); pid != 0 {
+			agent = fmt.Sprintf("agent pid %d", pid)
+		}
+		if t, ok := renewed[n.Name]; ok {
+			agent += fmt.Sprintf(", lease renewed %s ago", time.Since(t).Truncate(100*time.Millisecond))
+		}
+		if !exists[n.Name] {
+			agent = "Node DELETED, " + agent
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s)", n.Name, agent))
+	}
+	fmt.Fprintf(b, "nodes: %s\n", strings.Join(parts, "; "))
+}
+
+// resourceView works out, per port, which selected pods are published and why the others are
+// not.
+func (d *demo) resourceView(swh *v1alpha1.ServiceWithHealthchecks, slcs []discoveryv1.EndpointSlice, pods []corev1.Pod,
+	events []eventsv1.Event, nodes []corev1.Node,
+) *ResourceView {
+	r := &ResourceView{Name: swh.Name, ClusterIP: swh.Status.ClusterIP, Ready: "Unknown"}
+	if c := meta.FindStatusCondition(swh.Status.Conditions, "Ready"); c != nil {
+		r.Ready = string(c.Status)
+		if c.Status != "True" && c.Message != "" {
+			r.Ready += ": " + c.Message
+		}
+	}
+	sel := labels.SelectorFromSet(swh.Spec.Selector)
+	exists := map[string]bool{}
+	for _, n := range nodes {
+		exists[n.Name] = true
+	}
+	for _, p := range swh.Spec.Ports {
+		pv := PortView{Name: p.Name}
+		if pv.Name == "" {
+			pv.Name = strconv.Itoa(int(p.Port))
+		}
+		for _, pod := range pods {
+			if len(swh.Spec.Selector) == 0 || !sel.Matches(labels.Set(pod.Labels)) {
+				continue
+			}
+			st := PodState{Pod: pod.Name, Node: pod.Spec.NodeName}
+			ep, port, found := findEndpoint(slcs, swh.Name, p.Name, pod.Status.PodIP)
+			if found {
+				st.Endpoint = net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(port)))
+				st.In = ep.Conditions.Ready != nil && *ep.Conditions.Ready
+				st.Serving = ep.Conditions.Serving == nil || *ep.Conditions.Serving
+			}
+			reason, readyEvent := lastEvent(events, swh.Name, pod.Name, pv.Name)
+			agentUp := d.s.AgentPID(pod.Spec.NodeName) != 0
+			switch {
+			case st.In:
+				st.Why = "ready"
+			case !exists[pod.Spec.NodeName]:
+				st.Why = "node " + pod.Spec.NodeName + " deleted: its slices are removed"
+			case found && !st.Serving && !agentUp:
+				st.Why = "withdrawn by the controller: the agent of " + pod.Spec.NodeName + " is gone"
+			case reason != "" && !readyEvent:
+				st.Why = reason
+			case !found && !agentUp:
+				st.Why = "not published: the agent of " + pod.Spec.NodeName + " is not running"
+			case !found:
+				st.Why = "not published yet (waiting for the first decisive probe result)"
+			default:
+				st.Why = "not ready yet (probes undecided)"
+			}
+			if found && ep.Conditions.Terminating != nil && *ep.Conditions.Terminating {
+				st.Why += " (terminating)"
+			}
+			if st.In {
+				pv.Ready++
+			}
+			pv.Pods = append(pv.Pods, st)
+		}
+		sort.Slice(pv.Pods, func(i, j int) bool { return pv.Pods[i].Pod < pv.Pods[j].Pod })
+		r.Ports = append(r.Ports, pv)
+	}
+	return r
+}
+
+// findEndpoint finds the pod's endpoint in the resource's slices of the port.
+func findEndpoint(slcs []discoveryv1.EndpointSlice, resource, port, ip string) (discoveryv1.Endpoint, int32, bool) {
+	for _, s := range slcs {
+		if s.Labels[slicemeta.LabelResource] != resource || s.Labels[slicemeta.LabelPort] != port {
+			continue
+		}
+		for _, e := range s.Endpoints {
+			if slices.Contains(e.Addresses, ip) {
+				var num int32
+				if len(s.Ports) > 0 && s.Ports[0].Port != nil {
+					num = *s.Ports[0].Port
+				}
+				return e, num, true
+			}
+		}
+	}
+	return discoveryv1.Endpoint{}, 0, false
+}
+
+// lastEvent is the newest probe transition Event of the pod's port ("pod db-1, port postgres:
+// query returned false"): its reason text, and whether it was PortReady.
+func lastEvent(events []eventsv1.Event, resource, pod, port string) (string, bool) {
+	prefix := "pod " + pod + ", port " + port + ": "
+	var best *eventsv1.Event
+	var bestAt time.Time
+	for i := range events {
+		e := &events[i]
+		if e.Regarding.Name != resource || (e.Reason != reasonPortReady && e.Reason != reasonPortNotReady) || !strings.HasPrefix(e.Note, prefix) {
+			continue
+		}
+		at := e.EventTime.Time
+		if e.Series != nil && e.Series.LastObservedTime.After(at) {
+			at = e.Series.LastObservedTime.Time
+		}
+		if e.DeprecatedLastTimestamp.After(at) {
+			at = e.DeprecatedLastTimestamp.Time
+		}
+		if best == nil || !at.Before(bestAt) {
+			best, bestAt = e, at
+		}
+	}
+	if best == nil {
+		return "", false
+	}
+	return strings.TrimPrefix(best.Note, prefix) + " (" + time.Since(bestAt).Truncate(time.Second).String() + " ago)", best.Reason == reasonPortReady
+}
+
+func writeResource(b *strings.Builder, r *ResourceView, sum Summary) {
+	fmt.Fprintf(b, "\n%s  ClusterIP %s  Ready=%s\n", r.Name, orDash(r.ClusterIP), r.Ready)
+	for _, p := range r.Ports {
+		fmt.Fprintf(b, "  port %s: %d/%d pods in\n", p.Name, p.Ready, len(p.Pods))
+		for _, s := range p.Pods {
+			mark := "OUT"
+			if s.In {
+				mark = "IN "
+			}
+			fmt.Fprintf(b, "    %s %-6s on %-7s %-20s %s\n", mark, s.Pod, s.Node, orDash(s.Endpoint), s.Why)
+		}
+	}
+	var pods []string
+	for p, n := range sum.ByPod {
+		pods = append(pods, fmt.Sprintf("%s %d", strings.TrimPrefix(p, demoNamespace+"/"), n))
+	}
+	sort.Strings(pods)
+	line := fmt.Sprintf("  traffic %s %s: %d ok, %d failed", sum.Proto, orDash(sum.Target), sum.OK, sum.Failed)
+	if len(pods) > 0 {
+		line += " · answered: " + strings.Join(pods, ", ")
+	}
+	if sum.Failed > 0 {
+		line += " · last failure: " + sum.LastErr
+	}
+	b.WriteString(line + "\n")
+}
+
+// resourceReady: every pod that should serve the port does, and the traffic of the last window
+// had no failure. Of db-write only the primary should be in.
+func resourceReady(r *ResourceView, sum Summary) bool {
+	for _, p := range r.Ports {
+		want := len(p.Pods)
+		if r.Name == "db-write" {
+			want = 1
+		}
+		if want == 0 || p.Ready != want {
+			return false
+		}
+	}
+	return sum.OK >= 5 && sum.Failed == 0
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
