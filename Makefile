@@ -63,3 +63,15 @@ bench: deps tools ## Run every benchmark suite (bench/run.sh: bench/*/run.sh in 
 .PHONY: bench-probes
 bench-probes: deps ## Benchmark our TCP/HTTP/PostgreSQL probers and the kubelet's TCP/HTTP probers (docs/BENCHMARKS.md).
 	bench/probes/run.sh
+
+.PHONY: run
+run: ## Run the product on a local demo cluster with a live view until Ctrl-C (root; docs/RUN.md). ARGS="--exit-after-ready" for a smoke run.
+	@if [[ $$(id -u) -ne 0 ]]; then cd testkit && exec go run ./cmd/swh-run $(ARGS); fi
+	@hack/deps.sh
+	@tools/build.sh kube
+	@cd testkit && go build -o "$${TMPDIR:-/tmp}/swh-run-$$$$" ./cmd/swh-run && cd .. && \
+		trap 'rm -f "$${TMPDIR:-/tmp}/swh-run-$$$$"' EXIT && "$${TMPDIR:-/tmp}/swh-run-$$$$" $(ARGS)
+
+.PHONY: run-ctl
+run-ctl: ## Control a running `make run` from a second terminal: make run-ctl ARGS="stop-smtp" (ARGS=help lists the commands).
+	@cd testkit && go run ./cmd/swh-run ctl $(ARGS)
