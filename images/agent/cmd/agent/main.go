@@ -146,6 +146,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	renewer.Metrics = a.Metrics
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log.Info("starting", "node", f.nodeName)

@@ -159,6 +159,7 @@ func New(opts Options) (*Agent, error) {
 		p := prober.New(prober.Options{Credentials: store, Logger: opts.Logger.WithName("prober")})
 		runner = ProberRunner(p)
 		r.Credentials = store
+		m.CredentialProblems.SetSource(store.Problems)
 	}
 	sched := scheduler.New(scheduler.Options{
 		Workers:  opts.ProbeConcurrency,

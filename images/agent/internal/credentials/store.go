@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 )
 
 // Error says why a referenced Secret cannot be used. Its message names the Secret and the
@@ -60,6 +62,8 @@ type entry struct {
 	problem  string // non-empty when the Secret exists but cannot be used
 	present  bool
 	watchErr string // last list/watch error, shown until the Secret is loaded
+	// wrongType is set with problem when the Secret has another type than the credential type.
+	wrongType bool
 }
 
 // NewStore returns an empty store; SetReferences starts its watches.
@@ -141,6 +145,59 @@ func (s *Store) Lookup(namespace, name string) (*Credentials, error) {
 	}
 }
 
+// Problem kinds of a referenced Secret that cannot be used, as Problems counts them.
+const (
+	// ProblemMissing: the Secret does not exist (the watch is synced and found nothing).
+	ProblemMissing = "missing"
+	// ProblemWrongType: the Secret exists with another type than the credential type.
+	ProblemWrongType = "wrong_type"
+	// ProblemMalformed: the Secret has the credential type but its keys are wrong.
+	ProblemMalformed = "malformed"
+	// ProblemUnreadable: the Secret cannot be read (e.g. Forbidden: the agent's Role does not
+	// name it yet) and was never loaded.
+	ProblemUnreadable = "unreadable"
+)
+
+// ProblemKinds are all problem kinds, in a fixed order.
+var ProblemKinds = []string{ProblemMissing, ProblemWrongType, ProblemMalformed, ProblemUnreadable}
+
+// Problems counts the referenced Secrets that cannot be used, by problem kind (every kind is
+// present, zero when none). Secrets still loading are not counted.
+func (s *Store) Problems() map[string]int {
+	out := make(map[string]int, len(ProblemKinds))
+	for _, k := range ProblemKinds {
+		out[k] = 0
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, e := range s.entries {
+		if k := e.problemKind(); k != "" {
+			out[k]++
+		}
+	}
+	return out
+}
+
+// problemKind classifies the entry like Lookup does; "" when usable or still loading.
+func (e *entry) problemKind() string {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	switch {
+	case e.creds != nil:
+		return ""
+	case e.problem != "" && e.wrongType:
+		return ProblemWrongType
+	case e.problem != "":
+		return ProblemMalformed
+	case e.informer.HasSynced():
+		return ProblemMissing
+	case e.watchErr != "":
+		return ProblemUnreadable
+	default:
+		return ""
+	}
+}
+
 func (s *Store) start(ref types.NamespacedName) *entry {
 	selector := fields.OneTermEqualSelector("metadata.name", ref.Name).String()
 	secrets := s.client.CoreV1().Secrets(ref.Namespace)
@@ -180,6 +237,7 @@ func (s *Store) start(ref types.NamespacedName) *entry {
 		creds, err := Parse(secret)
 		e.mu.Lock()
 		e.present, e.creds, e.problem, e.watchErr = true, creds, "", ""
+		e.wrongType = err != nil && string(secret.Type) != slicemeta.SecretTypePostgreSQLCredentials
 		if err != nil {
 			e.problem = err.Error()
 		}
@@ -196,7 +254,7 @@ func (s *Store) start(ref types.NamespacedName) *entry {
 		UpdateFunc: func(_, obj any) { update(obj) },
 		DeleteFunc: func(any) {
 			e.mu.Lock()
-			e.present, e.creds, e.problem = false, nil, ""
+			e.present, e.creds, e.problem, e.wrongType = false, nil, "", false
 			e.mu.Unlock()
 			if s.opts.OnChange != nil {
 				s.opts.OnChange(ref)

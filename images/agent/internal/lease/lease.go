@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
 )
 
 // Defaults of the renewal.
@@ -46,6 +47,8 @@ type Renewer struct {
 	Clock clock.WithTicker
 	// Log receives renewal failures.
 	Log logr.Logger
+	// Metrics, optional, receive the last renewal time and the failures.
+	Metrics *metrics.Metrics
 }
 
 // Start renews the Lease immediately and then every Interval until ctx ends. It never returns
@@ -70,9 +73,17 @@ func (r *Renewer) Start(ctx context.Context) error {
 			}
 			r.Log.Error(err, "renewing the node Lease failed, retrying", "namespace", r.Namespace, "lease", slicemeta.AgentLeaseName(r.Node))
 			failing = true
-		} else if failing {
-			r.Log.Info("renewing the node Lease works again", "namespace", r.Namespace, "lease", slicemeta.AgentLeaseName(r.Node))
-			failing = false
+			if r.Metrics != nil {
+				r.Metrics.LeaseRenewErrors.Inc()
+			}
+		} else {
+			if r.Metrics != nil {
+				r.Metrics.LeaseLastRenew.Set(float64(clk.Now().UnixNano()) / 1e9)
+			}
+			if failing {
+				r.Log.Info("renewing the node Lease works again", "namespace", r.Namespace, "lease", slicemeta.AgentLeaseName(r.Node))
+				failing = false
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -1,9 +1,11 @@
-// Package metrics holds every metric the agent exports (documented in docs/AGENT.md). No metric
+// Package metrics holds every metric the agent exports (documented in docs/METRICS.md). No metric
 // carries a per-pod or per-resource label, so the number of series does not grow with the
 // cluster and nothing is left behind when targets go.
 package metrics
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -50,6 +52,51 @@ type Metrics struct {
 	SliceWriteErrors *prometheus.CounterVec
 	// SliceConflicts counts refusals to write a slice whose name another object holds.
 	SliceConflicts prometheus.Counter
+	// CredentialProblems counts, at scrape time, the referenced credential Secrets that cannot
+	// be used, by problem (missing, wrong_type, malformed, unreadable).
+	CredentialProblems *CredentialProblems
+	// LeaseLastRenew is the Unix time of the last successful renewal of the node Lease.
+	LeaseLastRenew prometheus.Gauge
+	// LeaseRenewErrors counts failed renewals of the node Lease.
+	LeaseRenewErrors prometheus.Counter
+}
+
+// CredentialProblemKinds are the values of the problem label of
+// swh_agent_credential_secret_problems (the credentials store's problem kinds).
+var CredentialProblemKinds = []string{"missing", "wrong_type", "malformed", "unreadable"}
+
+// CredentialProblems is the gauge swh_agent_credential_secret_problems{problem}, computed at
+// scrape time from a source (the credentials store): a Secret that turns missing without an
+// event (a watch that synced empty) is counted without anyone having to push it.
+type CredentialProblems struct {
+	desc *prometheus.Desc
+
+	mu     sync.Mutex
+	source func() map[string]int
+}
+
+// SetSource sets where the counts come from; without a source every kind is zero.
+func (c *CredentialProblems) SetSource(f func() map[string]int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.source = f
+}
+
+// Describe implements prometheus.Collector.
+func (c *CredentialProblems) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector: one series per problem kind, zero included.
+func (c *CredentialProblems) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	f := c.source
+	c.mu.Unlock()
+	var counts map[string]int
+	if f != nil {
+		counts = f()
+	}
+	for _, k := range CredentialProblemKinds {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[k]), k)
+	}
 }
 
 // New creates the metrics and registers them with reg (nil registers nothing, for tests).
@@ -93,10 +140,22 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "swh_agent_endpointslice_name_conflicts_total",
 			Help: "Refusals to write an EndpointSlice whose name is held by an object this agent does not own.",
 		}),
+		CredentialProblems: &CredentialProblems{desc: prometheus.NewDesc("swh_agent_credential_secret_problems",
+			"Credential Secrets referenced by PostgreSQL probes on this node that cannot be used, by problem (missing, wrong_type, malformed, unreadable); their probes cannot run.",
+			[]string{"problem"}, nil)},
+		LeaseLastRenew: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "swh_agent_lease_last_renew_timestamp_seconds",
+			Help: "Unix time of the last successful renewal of this agent's node Lease (the controller judges liveness by it).",
+		}),
+		LeaseRenewErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "swh_agent_lease_renew_errors_total",
+			Help: "Failed renewals of this agent's node Lease.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.ProbeDuration, m.ProbeResults, m.ProbeTransitions, m.SchedulingLag, m.Targets,
-			m.Endpoints, m.SliceWrites, m.SliceWriteErrors, m.SliceConflicts)
+			m.Endpoints, m.SliceWrites, m.SliceWriteErrors, m.SliceConflicts, m.CredentialProblems,
+			m.LeaseLastRenew, m.LeaseRenewErrors)
 	}
 	return m
 }
