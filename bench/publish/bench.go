@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -136,8 +137,15 @@ type sizeResult struct {
 	sampling    time.Duration // wall time of the sampling
 	agentRSS    int64         // agent VmHWM at the end
 	agentWrites float64       // EndpointSlice writes by the agent while sampling
-	kcmSlices   int
-	agentSlices int
+	// agentReconcile is the agent's mean reconcile time while sampling (reading the cache,
+	// computing, writing the slice and waiting for the API server's answer).
+	agentReconcile time.Duration
+	// Median round trip of an update of a copy of one agent / built-in slice.
+	agentSliceWrite, kcmSliceWrite time.Duration
+	kcmSlices                      int
+	agentSlices                    int
+	// Mean JSON size of one slice: what one write sends to every watcher.
+	kcmSliceBytes, agentSliceBytes int
 }
 
 func (b *bench) measure(ctx context.Context, n int) (res sizeResult, err error) {
@@ -223,9 +231,13 @@ func (b *bench) measure(ctx context.Context, n int) (res sizeResult, err error) 
 		return res, fmt.Errorf("the built-in slices: %w", err)
 	}
 	res.setup = time.Since(setupStart)
-	res.agentSlices, res.kcmSlices = w.sliceCount("agent"), w.sliceCount("builtin")
+	res.agentSlices, res.agentSliceBytes = w.slices("agent")
+	res.kcmSlices, res.kcmSliceBytes = w.slices("builtin")
 
-	writesBefore, _ := agentSliceWrites(ctx, b)
+	before, err := agentMetrics(ctx, b)
+	if err != nil {
+		return res, err
+	}
 	cpuBefore, err := cpuTime(b.agent.cmd.Process.Pid)
 	if err != nil {
 		return res, err
@@ -261,9 +273,22 @@ func (b *bench) measure(ctx context.Context, n int) (res sizeResult, err error) 
 		return res, err
 	}
 	res.agentCPU = cpuAfter - cpuBefore
-	writesAfter, _ := agentSliceWrites(ctx, b)
-	res.agentWrites = writesAfter - writesBefore
+	after, err := agentMetrics(ctx, b)
+	if err != nil {
+		return res, err
+	}
+	delta := func(name string) float64 { return after[name] - before[name] }
+	res.agentWrites = delta("swh_agent_endpointslice_writes_total")
+	if n := delta("controller_runtime_reconcile_time_seconds_count"); n > 0 {
+		res.agentReconcile = time.Duration(delta("controller_runtime_reconcile_time_seconds_sum") / n * float64(time.Second))
+	}
 	if res.agentRSS, err = peakRSS(b.agent.cmd.Process.Pid); err != nil {
+		return res, err
+	}
+	if res.agentSliceWrite, err = b.writeCost(ctx, w, "agent", 20); err != nil {
+		return res, err
+	}
+	if res.kcmSliceWrite, err = b.writeCost(ctx, w, "builtin", 20); err != nil {
 		return res, err
 	}
 	if err := b.c.Env.Client.Delete(ctx, swh); err != nil {
@@ -610,12 +635,64 @@ func (w *watcher) waitAllReady(ctx context.Context, service string, ips []netip.
 	}
 }
 
-func (w *watcher) sliceCount(service string) int {
-	n := 0
+// slices counts the service's slices and their mean size as JSON (what one update of one of
+// them sends to every watcher, kube-proxies included).
+func (w *watcher) slices(service string) (n, meanBytes int) {
+	total := 0
 	for _, obj := range w.informer.GetStore().List() {
-		if obj.(*discoveryv1.EndpointSlice).Labels[discoveryv1.LabelServiceName] == service {
-			n++
+		s := obj.(*discoveryv1.EndpointSlice)
+		if s.Labels[discoveryv1.LabelServiceName] != service {
+			continue
+		}
+		n++
+		if raw, err := json.Marshal(s); err == nil {
+			total += len(raw)
 		}
 	}
-	return n
+	if n == 0 {
+		return 0, 0
+	}
+	return n, total / n
+}
+
+// writeCost measures what the API server takes to update a copy of the service's first slice:
+// the copy (another name, not managed by anybody, no owner) has one endpoint's ready flag
+// flipped and is updated writes times; it returns the median round trip. This separates the
+// API write from the rest of a reconcile.
+func (b *bench) writeCost(ctx context.Context, w *watcher, service string, writes int) (time.Duration, error) {
+	var src *discoveryv1.EndpointSlice
+	for _, obj := range w.informer.GetStore().List() {
+		if s := obj.(*discoveryv1.EndpointSlice); s.Labels[discoveryv1.LabelServiceName] == service {
+			src = s
+			break
+		}
+	}
+	if src == nil {
+		return 0, fmt.Errorf("no slice of %s", service)
+	}
+	cp := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: src.Namespace, GenerateName: "bench-copy-",
+			Labels: map[string]string{discoveryv1.LabelServiceName: "bench-copy", discoveryv1.LabelManagedBy: "bench.invalid"},
+		},
+		AddressType: src.AddressType, Endpoints: src.DeepCopy().Endpoints, Ports: src.Ports,
+	}
+	api := b.cs.DiscoveryV1().EndpointSlices(src.Namespace)
+	cp, err := api.Create(ctx, cp, metav1.CreateOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("creating a copy of slice %s: %w", src.Name, err)
+	}
+	defer func() { _ = api.Delete(context.Background(), cp.Name, metav1.DeleteOptions{}) }()
+	var rtts []time.Duration
+	for range writes {
+		ready := !isReady(cp.Endpoints[0])
+		cp.Endpoints[0].Conditions.Ready = &ready
+		start := time.Now()
+		cp, err = api.Update(ctx, cp, metav1.UpdateOptions{})
+		if err != nil {
+			return 0, fmt.Errorf("updating the copy of slice %s: %w", src.Name, err)
+		}
+		rtts = append(rtts, time.Since(start))
+	}
+	return pct(rtts, 50), nil
 }

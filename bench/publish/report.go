@@ -40,9 +40,16 @@ func report(w io.Writer, o options, rs []sizeResult) {
 		m := func(v []float64) time.Duration { return time.Duration(median(v)) }
 		p("| **%d** | **median** | | **%s** | **%s** | **%s** | **%s** | **%.1f×** | **%.1f×** |\n", r.n,
 			ms(m(a50)), ms(m(a99)), ms(m(k50)), ms(m(k99)), ratio(m(a50), m(k50)), ratio(m(a99), m(k99)))
+		var all, allK []time.Duration
+		for _, rd := range r.rounds {
+			all, allK = append(all, lat(rd.agent)...), append(allK, lat(rd.kcm)...)
+		}
+		p("| %d | all %d samples | | %s | %s | %s | %s | %.1f× | %.1f× |\n", r.n, len(all),
+			ms(pct(all, 50)), ms(pct(all, 99)), ms(pct(allK, 50)), ms(pct(allK, 99)),
+			ratio(pct(all, 50), pct(allK, 50)), ratio(pct(all, 99), pct(allK, 99)))
 	}
-	p("\n| endpoints | setup | slices (agent / built-in) | agent: flip → decisive probe, median | built-in: status update round trip, median | agent CPU while sampling | agent peak RSS | agent slice writes per flip |\n")
-	p("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n")
+	p("\n| endpoints | setup | slices (agent / built-in) | KiB per slice (agent / built-in) | agent: flip → decisive probe, median | built-in: status update round trip, median | agent CPU while sampling | agent peak RSS | agent slice writes per flip | agent reconcile, mean | one slice update, median (agent / built-in) |\n")
+	p("| ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
 	for _, r := range rs {
 		var phase, rtt []time.Duration
 		flips := 0
@@ -55,9 +62,10 @@ func report(w io.Writer, o options, rs []sizeResult) {
 			}
 			flips += len(rd.agent)
 		}
-		p("| %d | %s | %d / %d | %s | %s | %.0f %% of a core | %.0f MiB | %.2f |\n", r.n, r.setup.Round(100*time.Millisecond),
-			r.agentSlices, r.kcmSlices, ms(pct(phase, 50)), ms(pct(rtt, 50)),
-			100*r.agentCPU.Seconds()/r.sampling.Seconds(), float64(r.agentRSS)/(1<<20), r.agentWrites/float64(max(flips, 1)))
+		p("| %d | %s | %d / %d | %.0f / %.0f | %s | %s | %.0f %% of a core | %.0f MiB | %.2f | %s | %s / %s |\n", r.n, r.setup.Round(100*time.Millisecond),
+			r.agentSlices, r.kcmSlices, float64(r.agentSliceBytes)/1024, float64(r.kcmSliceBytes)/1024, ms(pct(phase, 50)), ms(pct(rtt, 50)),
+			100*r.agentCPU.Seconds()/r.sampling.Seconds(), float64(r.agentRSS)/(1<<20), r.agentWrites/float64(max(flips, 1)), ms(r.agentReconcile),
+			ms(r.agentSliceWrite), ms(r.kcmSliceWrite))
 	}
 	p("\n")
 }

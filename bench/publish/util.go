@@ -50,31 +50,34 @@ func waitHTTP(ctx context.Context, url string, p *proc, timeout time.Duration) e
 	}
 }
 
-// agentSliceWrites sums the agent's swh_agent_endpointslice_writes_total.
-func agentSliceWrites(ctx context.Context, b *bench) (float64, error) {
+// agentMetrics scrapes the agent's metrics and sums the samples of each metric name (labels
+// dropped).
+func agentMetrics(ctx context.Context, b *bench) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+b.agentMetrics+"/metrics", nil)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("scraping the agent: %w", err)
+		return nil, fmt.Errorf("scraping the agent: %w", err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	var sum float64
+	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "swh_agent_endpointslice_writes_total") {
+		if line == "" || line[0] == '#' {
 			continue
 		}
+		name, _, _ := strings.Cut(line, " ")
+		name, _, _ = strings.Cut(name, "{")
 		f := strings.Fields(line)
 		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
-			sum += v
+			out[name] += v
 		}
 	}
-	return sum, sc.Err()
+	return out, sc.Err()
 }
 
 // peakRSS is VmHWM of a process, in bytes.
