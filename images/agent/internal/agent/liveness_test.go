@@ -59,19 +59,48 @@ type controllerProcess struct {
 	pid         int
 }
 
-// startController builds the controller program and runs it with the liveness runner judging
-// the Leases of leaseNS with livenessGrace; it is stopped (by its PID) when the test ends.
-// Leader election is off: a frozen API server must not make it lose leadership and exit.
-func startController(t *testing.T, c *cluster.Cluster, leaseNS string) *controllerProcess {
+// built is the controller program, built once per test binary.
+var built struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// controllerBinary builds the controller program on first use (linking it takes long on a busy
+// machine) into a directory under the isolated binary's TMPDIR, a private tmpfs that vanishes
+// with the test binary.
+func controllerBinary(t *testing.T) string {
 	t.Helper()
-	root, err := controlplane.RepoRoot()
-	require.NoError(t, err)
+	built.once.Do(func() {
+		root, err := controlplane.RepoRoot()
+		if err != nil {
+			built.err = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "swh-controller-")
+		if err != nil {
+			built.err = err
+			return
+		}
+		built.path = filepath.Join(dir, "controller")
+		build := exec.Command("go", "build", "-o", built.path, "./cmd/controller")
+		build.Dir = filepath.Join(root, "images", "controller")
+		if out, err := build.CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("building the controller: %w: %s", err, out)
+		}
+	})
+	require.NoError(t, built.err)
+	return built.path
+}
+
+// startController runs the controller program (built once per test binary) with the liveness
+// runner judging the Leases of leaseNS with livenessGrace; it is stopped (by its PID) when the
+// test ends. Leader election is off (unless extraArgs turn it on): a frozen API server must not
+// make it lose leadership and exit.
+func startController(t *testing.T, c *cluster.Cluster, leaseNS string, extraArgs ...string) *controllerProcess {
+	t.Helper()
+	bin := controllerBinary(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "controller")
-	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "./cmd/controller")
-	build.Dir = filepath.Join(root, "images", "controller")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "building the controller: %s", out)
 	kubeconfig, err := c.Env.WriteKubeConfig(dir)
 	require.NoError(t, err)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -82,6 +111,7 @@ func startController(t *testing.T, c *cluster.Cluster, leaseNS string) *controll
 	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--metrics-bind-address="+metricsAddr, //nolint:gosec // our own binary
 		"--health-probe-bind-address=0", "--leader-elect=false", "--agent-lease-namespace="+leaseNS,
 		"--agent-lost-grace="+livenessGrace.String())
+	cmd.Args = append(cmd.Args, extraArgs...) // later flags win
 	cmd.Env = append(os.Environ(), "KUBECONFIG=")
 	process.StartForTest(t, "controller", cmd)
 	p := &controllerProcess{metricsAddr: metricsAddr, pid: cmd.Process.Pid}
@@ -96,10 +126,13 @@ func startController(t *testing.T, c *cluster.Cluster, leaseNS string) *controll
 func (p *controllerProcess) stop(t *testing.T) {
 	t.Helper()
 	require.NoError(t, syscall.Kill(p.pid, syscall.SIGTERM))
-	require.Eventually(t, func() bool {
-		_, err := os.Stat(fmt.Sprintf("/proc/%d", p.pid))
-		return os.IsNotExist(err)
-	}, 60*time.Second, 50*time.Millisecond, "the controller exits on SIGTERM")
+	require.Eventually(t, p.exited, 60*time.Second, 50*time.Millisecond, "the controller exits on SIGTERM")
+}
+
+// exited tells whether the controller's process is gone (and reaped).
+func (p *controllerProcess) exited() bool {
+	_, err := os.Stat(fmt.Sprintf("/proc/%d", p.pid))
+	return os.IsNotExist(err)
 }
 
 // metric reads a metric of the controller: name is the metric's name with its labels as
@@ -414,6 +447,67 @@ func TestMoreThanHalfOfTheAgentsStoppedAtOnceWithdrawsNothingAndTheGuardSaysWhy(
 		require.GreaterOrEqual(t, first, 0, "the watch saw %s ready: %v", p.Key(), seen)
 		for i, rst := range seen[first:] {
 			assert.Equal(t, "TTF", rst, "%s in watch event %d of %v: an endpoint left ready while the guard held", p.Key(), first+i, seen)
+		}
+	}
+}
+
+// The untested case of the outage test: with leader election ON (as deployed), an API freeze
+// longer than the leader's lease makes the controller lose leadership and exit; restarted (as
+// its Deployment would), it leads again with the grace restarted. Nothing is withdrawn: no
+// endpoint leaves ready in the watch opened before the freeze.
+func TestALeaderThatLosesItsLeaseInAnAPIFreezeRestartsAndWithdrawsNothing(t *testing.T) {
+	c := testCluster(t)
+	ns := c.Env.CreateNamespaceForTest(t, "leader")
+	labels := map[string]string{"app": "web"}
+	a := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-a", Node: "node-a", Labels: labels, ContainerPorts: vmPorts})
+	b := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-b", Node: "node-b", Labels: labels, ContainerPorts: vmPorts})
+	a.ServeHTTP(t, 8080)
+	b.ServeHTTP(t, 8080)
+	w := watchEndpoints(t, c, ns)
+	createResource(t, c, ns, "web", labels, []v1alpha1.ServicePort{namedPort("http", 80, intstr.FromInt32(8080))}, httpProbe(intstr.FromInt32(8080), 1, 2))
+	leaderArgs := []string{"--leader-elect=true", "--leader-election-namespace=" + ns}
+	const leading = `leader_election_master_status{name="service-with-healthchecks-controller"}`
+	ctl := startController(t, c, ns, leaderArgs...)
+	startAgent(t, c, "node-a", withLease(t, c, ns, "node-a"))
+	startAgent(t, c, "node-b", withLease(t, c, ns, "node-b"))
+	bothReady := map[string]map[string]string{"web-http-node-a": {ip(a): "TTF"}, "web-http-node-b": {ip(b): "TTF"}}
+	eventuallySlices(t, c, ns, "web", bothReady)
+	require.Eventually(t, func() bool { return ctl.requireMetric(t, leading) == 1 }, 60*time.Second, 100*time.Millisecond, "the controller leads")
+	require.Eventually(t, func() bool { return ctl.requireMetric(t, "swh_controller_agents_known") == 2 }, 30*time.Second, 100*time.Millisecond,
+		"the controller sees both agents")
+
+	require.NoError(t, c.Env.Freeze())
+	thawed := false
+	t.Cleanup(func() {
+		if !thawed {
+			assert.NoError(t, c.Env.Thaw())
+		}
+	})
+	// The freeze lasts until the leader, unable to renew its Lease, has given up and exited
+	// (the renew deadline is 10 s, much longer than the 4 s grace); nobody signalled it.
+	require.Eventually(t, ctl.exited, 2*time.Minute, 100*time.Millisecond, "the leader exits once it cannot renew its Lease")
+	require.NoError(t, c.Env.Thaw())
+	thawed = true
+
+	ctl = startController(t, c, ns, leaderArgs...)
+	require.Eventually(t, func() bool { return ctl.requireMetric(t, leading) == 1 }, 60*time.Second, 100*time.Millisecond, "the restarted controller leads")
+	require.Eventually(t, func() bool { return ctl.requireMetric(t, "swh_controller_agents_known") == 2 }, 30*time.Second, 100*time.Millisecond,
+		"the restarted controller sees both agents")
+	// More than a grace of the new term: the agents renew, nothing is withdrawn.
+	require.Never(t, func() bool {
+		got, err := slicesOf(t.Context(), c, ns, "web")
+		return err == nil && (got["web-http-node-a"].Endpoints[ip(a)] != "TTF" || got["web-http-node-b"].Endpoints[ip(b)] != "TTF")
+	}, livenessGrace+time.Second, 100*time.Millisecond, "live agents' endpoints stay ready")
+	assert.Equal(t, 0.0, ctl.requireMetric(t, "swh_controller_withdrawn_slices_total"), "the new term withdrew nothing")
+	assert.Equal(t, 0.0, ctl.requireMetric(t, "swh_controller_liveness_guard_holding"))
+
+	assert.Empty(t, w.errors(), "the watch saw no errors")
+	for _, p := range []*cluster.Pod{a, b} {
+		seen := w.of(ip(p))
+		first := slices.Index(seen, "TTF")
+		require.GreaterOrEqual(t, first, 0, "the watch saw %s ready: %v", p.Key(), seen)
+		for i, rst := range seen[first:] {
+			assert.Equal(t, "TTF", rst, "%s in watch event %d of %v: an endpoint left ready", p.Key(), first+i, seen)
 		}
 	}
 }
