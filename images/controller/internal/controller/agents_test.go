@@ -97,7 +97,7 @@ func endpointReady(t *testing.T, s *discoveryv1.EndpointSlice) bool {
 func TestAgentsStaleFollowsTheLivenessJudgement(t *testing.T) {
 	ns := env.CreateNamespaceForTest(t, "agents")
 	reg := prometheus.NewRegistry()
-	const grace = 2 * time.Second
+	const grace = 4 * time.Second
 	startController(t, ns, func(o *Options) {
 		o.AgentLeaseNamespace = ns
 		o.AgentLostGrace = grace
