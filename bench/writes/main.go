@@ -48,6 +48,7 @@ type options struct {
 	endpoints, flapping     int
 	stable, storm           time.Duration
 	rounds                  int
+	slices                  int // the EndpointSlices that hold the endpoints (measured)
 }
 
 func main() {
@@ -176,10 +177,12 @@ func run(o options) (err error) {
 	var storms []stormResult
 	for r := 1; r <= o.rounds; r++ {
 		logf("round %d: waiting for %d ready endpoints and a quiet API", r, o.endpoints)
-		if err := waitReady(ctx, c, ns, o.endpoints); err != nil {
+		nslices, err := waitReady(ctx, c, ns, o.endpoints)
+		if err != nil {
 			return err
 		}
-		if err := waitQuiet(ctx, apiMetrics); err != nil {
+		o.slices = nslices
+		if _, err := waitQuiet(ctx, apiMetrics); err != nil {
 			return err
 		}
 		s, err := measureStable(ctx, o, apiMetrics, agent)
@@ -199,13 +202,14 @@ func run(o options) (err error) {
 	return nil
 }
 
-// waitReady waits until the resource's slices hold n ready endpoints.
-func waitReady(ctx context.Context, c *cluster.Cluster, ns string, n int) error {
+// waitReady waits until the resource's slices hold n ready endpoints and returns how many
+// slices hold them.
+func waitReady(ctx context.Context, c *cluster.Cluster, ns string, n int) (int, error) {
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		var list discoveryv1.EndpointSliceList
 		if err := c.Env.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{slicemeta.LabelResource: resource}); err != nil {
-			return fmt.Errorf("listing slices: %w", err)
+			return 0, fmt.Errorf("listing slices: %w", err)
 		}
 		ready := 0
 		for _, s := range list.Items {
@@ -216,39 +220,42 @@ func waitReady(ctx context.Context, c *cluster.Cluster, ns string, n int) error 
 			}
 		}
 		if ready == n {
-			return nil
+			return len(list.Items), nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d endpoints ready after 5 minutes", ready, n)
+			return 0, fmt.Errorf("%d of %d endpoints ready after 5 minutes", ready, n)
 		}
 		time.Sleep(time.Second)
 	}
 }
 
-// waitQuiet waits until no EndpointSlice or status write reaches the API server for 5 s.
-func waitQuiet(ctx context.Context, api *apiScraper) error {
-	deadline := time.Now().Add(3 * time.Minute)
+// notLease matches every request but the Lease renewals, which go on at their own pace.
+func notLease(k reqKey) bool { return k.resource != "leases" }
+
+// waitQuiet waits until no write but Lease renewals reaches the API server for 5 s (Events
+// of a storm are posted for a while after it) and returns when the quiet began.
+func waitQuiet(ctx context.Context, api *apiScraper) (time.Time, error) {
+	deadline := time.Now().Add(5 * time.Minute)
 	last, err := api.scrape(ctx)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	quietSince := time.Now()
 	for time.Since(quietSince) < 5*time.Second {
 		if time.Now().After(deadline) {
-			return errors.New("EndpointSlice or status writes did not stop within 3 minutes")
+			return time.Time{}, errors.New("writes did not stop within 5 minutes")
 		}
 		time.Sleep(time.Second)
 		cur, err := api.scrape(ctx)
 		if err != nil {
-			return err
+			return time.Time{}, err
 		}
-		d := cur.sub(last)
-		if d.writes(isSlice)+d.writes(isStatus) > 0 {
+		if cur.sub(last).writes(notLease) > 0 {
 			quietSince = time.Now()
 		}
 		last = cur
 	}
-	return nil
+	return quietSince, nil
 }
 
 type stableResult struct {
@@ -289,9 +296,11 @@ func measureStable(ctx context.Context, o options, api *apiScraper, agent *promS
 }
 
 type stormResult struct {
-	flips, changes, sliceWrites, agentSliceWrites, statusWrites float64
-	perChange, peakReqPerSec, peakWritesPerSec, meanReqPerSec   float64
-	writes                                                      string
+	flips, changes, sliceWrites, agentSliceWrites, statusWrites, eventWrites float64
+	perChange, statusPerChange, eventsPerChange                              float64
+	peakReqPerSec, peakWritesPerSec, meanReqPerSec                           float64
+	drain                                                                    time.Duration
+	writes                                                                   string
 }
 
 func measureStorm(ctx context.Context, o options, bulk *cluster.BulkPods, flap []int, api *apiScraper, agent *promScraper) (stormResult, error) {
@@ -305,18 +314,31 @@ func measureStorm(ctx context.Context, o options, bulk *cluster.BulkPods, flap [
 	}
 	t0 := time.Now()
 	var res stormResult
-	prev, prevAt := a0, t0
-	next := t0
-	for time.Since(t0) < o.storm {
-		for _, i := range flap {
-			bulk.SetHealthy(i, !bulk.Healthy(i))
+	// The flips run on their own ticker; the API server's counters are sampled meanwhile (a
+	// scrape of its /metrics can take a second on a loaded machine).
+	flipsDone := make(chan float64)
+	go func() {
+		n := 0.0
+		ticker := time.NewTicker(period)
+		defer ticker.Stop()
+		for {
+			for _, i := range flap {
+				bulk.SetHealthy(i, !bulk.Healthy(i))
+			}
+			n += float64(len(flap))
+			<-ticker.C
+			if time.Since(t0) >= o.storm {
+				flipsDone <- n
+				return
+			}
 		}
-		res.flips += float64(len(flap))
-		next = next.Add(period)
-		// Sample the API server's counters every second until the next flip.
-		time.Sleep(time.Until(next))
+	}()
+	prev, prevAt := a0, t0
+	for time.Since(t0) < o.storm {
+		time.Sleep(period)
 		cur, err := api.scrape(ctx)
 		if err != nil {
+			<-flipsDone
 			return res, err
 		}
 		d := cur.sub(prev)
@@ -325,12 +347,22 @@ func measureStorm(ctx context.Context, o options, bulk *cluster.BulkPods, flap [
 		res.peakWritesPerSec = max(res.peakWritesPerSec, d.writes(func(reqKey) bool { return true })/secs)
 		prev, prevAt = cur, time.Now()
 	}
-	// Back to healthy; the changes this causes are not counted.
+	res.flips += <-flipsDone
+	stormEnd := time.Now()
+	res.meanReqPerSec = prev.sub(a0).requests(func(reqKey) bool { return true }) / stormEnd.Sub(t0).Seconds()
+	// Back to healthy (these changes count too: they are in the agent's transitions), then
+	// wait until every write the storm caused is done.
 	for _, i := range flap {
-		bulk.SetHealthy(i, true)
+		if !bulk.Healthy(i) {
+			bulk.SetHealthy(i, true)
+			res.flips++
+		}
 	}
-	// Let the last changes of the storm be written (one coalescing window and a probe period).
-	time.Sleep(2 * period)
+	quiet, err := waitQuiet(ctx, api)
+	if err != nil {
+		return res, err
+	}
+	res.drain = max(quiet.Sub(stormEnd), 0)
 	a1, err := api.scrape(ctx)
 	if err != nil {
 		return res, err
@@ -340,14 +372,16 @@ func measureStorm(ctx context.Context, o options, bulk *cluster.BulkPods, flap [
 		return res, err
 	}
 	d := a1.sub(a0)
-	res.meanReqPerSec = d.requests(func(reqKey) bool { return true }) / time.Since(t0).Seconds()
 	res.sliceWrites = d.writes(isSlice)
 	res.statusWrites = d.writes(isStatus)
+	res.eventWrites = d.writes(func(k reqKey) bool { return k.resource == "events" })
 	res.agentSliceWrites = g1.sum("swh_agent_endpointslice_writes_total") - g0.sum("swh_agent_endpointslice_writes_total")
 	res.changes = g1.sum("swh_agent_probe_transitions_total") - g0.sum("swh_agent_probe_transitions_total")
 	res.writes = d.describe(func(reqKey) bool { return true }, time.Since(t0).Minutes())
 	if res.changes > 0 {
 		res.perChange = res.sliceWrites / res.changes
+		res.statusPerChange = res.statusWrites / res.changes
+		res.eventsPerChange = res.eventWrites / res.changes
 	}
 	return res, nil
 }
@@ -370,6 +404,7 @@ func report(o options, stables []stableResult, storms []stormResult) {
 	fmt.Printf("## API write economy (bench/writes)\n\n")
 	fmt.Printf("One resource, one HTTP probe every %s (thresholds 1/1), %d endpoints on one node, real agent and controller\n", period, o.endpoints)
 	fmt.Printf("programs, real API server; writes counted by the API server (apiserver_request_total) and by the agent.\n")
+	fmt.Printf("The endpoints are published in %d EndpointSlices. ", o.slices)
 	fmt.Printf("Medians of %d stable windows of %s and %d flap storms of %s (%d endpoints flipped every period).\n\n", len(stables), o.stable, len(storms), o.storm, o.flapping)
 	fmt.Printf("| stable, %d endpoints | per minute |\n| --- | ---: |\n", o.endpoints)
 	fmt.Printf("| EndpointSlice writes (API server) | %s |\n", medS(func(s stableResult) float64 { return s.sliceWritesPerMin }))
@@ -381,17 +416,21 @@ func report(o options, stables []stableResult, storms []stormResult) {
 		fmt.Printf("Other writes in the last stable window: %s.\n\n", stables[len(stables)-1].other)
 	}
 	fmt.Printf("| flap storm, %d of %d endpoints every period | value |\n| --- | ---: |\n", o.flapping, o.endpoints)
-	fmt.Printf("| flips made | %s |\n", medT(func(s stormResult) float64 { return s.flips }))
+	fmt.Printf("| flips made (the storm and the return to healthy) | %s |\n", medT(func(s stormResult) float64 { return s.flips }))
 	fmt.Printf("| result changes seen by the agent | %s |\n", medT(func(s stormResult) float64 { return s.changes }))
 	fmt.Printf("| EndpointSlice writes (API server) | %s |\n", medT(func(s stormResult) float64 { return s.sliceWrites }))
 	fmt.Printf("| EndpointSlice writes (agent) | %s |\n", medT(func(s stormResult) float64 { return s.agentSliceWrites }))
 	fmt.Printf("| EndpointSlice writes per change | %s |\n", medT(func(s stormResult) float64 { return s.perChange }))
 	fmt.Printf("| status writes | %s |\n", medT(func(s stormResult) float64 { return s.statusWrites }))
+	fmt.Printf("| status writes per change | %s |\n", medT(func(s stormResult) float64 { return s.statusPerChange }))
+	fmt.Printf("| Event writes | %s |\n", medT(func(s stormResult) float64 { return s.eventWrites }))
+	fmt.Printf("| Event writes per change | %s |\n", medT(func(s stormResult) float64 { return s.eventsPerChange }))
+	fmt.Printf("| seconds until the writes stop after the storm | %s |\n", medT(func(s stormResult) float64 { return s.drain.Seconds() }))
 	fmt.Printf("| API requests per second, peak second | %s |\n", medT(func(s stormResult) float64 { return s.peakReqPerSec }))
 	fmt.Printf("| API writes per second, peak second | %s |\n", medT(func(s stormResult) float64 { return s.peakWritesPerSec }))
 	fmt.Printf("| API requests per second, mean | %s |\n", medT(func(s stormResult) float64 { return s.meanReqPerSec }))
 	if len(storms) > 0 {
-		fmt.Printf("\nWrites in the last storm (per minute, including the %s after it): %s.\n", 2*period, storms[len(storms)-1].writes)
+		fmt.Printf("\nWrites of the last storm, from its start until the writes stopped (per minute): %s.\n", storms[len(storms)-1].writes)
 	}
 }
 
