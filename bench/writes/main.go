@@ -299,6 +299,7 @@ type stormResult struct {
 	flips, changes, sliceWrites, agentSliceWrites, statusWrites, eventWrites float64
 	perChange, statusPerChange, eventsPerChange                              float64
 	peakReqPerSec, peakWritesPerSec, meanReqPerSec                           float64
+	sliceWriteBytes                                                          float64
 	drain                                                                    time.Duration
 	writes                                                                   string
 }
@@ -309,6 +310,10 @@ func measureStorm(ctx context.Context, o options, bulk *cluster.BulkPods, flap [
 		return stormResult{}, err
 	}
 	g0, err := agent.scrape(ctx)
+	if err != nil {
+		return stormResult{}, err
+	}
+	b0, err := api.sliceBodyBytes(ctx)
 	if err != nil {
 		return stormResult{}, err
 	}
@@ -371,6 +376,13 @@ func measureStorm(ctx context.Context, o options, bulk *cluster.BulkPods, flap [
 	if err != nil {
 		return res, err
 	}
+	b1, err := api.sliceBodyBytes(ctx)
+	if err != nil {
+		return res, err
+	}
+	if n := b1[1] - b0[1]; n > 0 {
+		res.sliceWriteBytes = (b1[0] - b0[0]) / n
+	}
 	d := a1.sub(a0)
 	res.sliceWrites = d.writes(isSlice)
 	res.statusWrites = d.writes(isStatus)
@@ -421,6 +433,7 @@ func report(o options, stables []stableResult, storms []stormResult) {
 	fmt.Printf("| EndpointSlice writes (API server) | %s |\n", medT(func(s stormResult) float64 { return s.sliceWrites }))
 	fmt.Printf("| EndpointSlice writes (agent) | %s |\n", medT(func(s stormResult) float64 { return s.agentSliceWrites }))
 	fmt.Printf("| EndpointSlice writes per change | %s |\n", medT(func(s stormResult) float64 { return s.perChange }))
+	fmt.Printf("| bytes per EndpointSlice update (mean body size) | %s |\n", medT(func(s stormResult) float64 { return s.sliceWriteBytes }))
 	fmt.Printf("| status writes | %s |\n", medT(func(s stormResult) float64 { return s.statusWrites }))
 	fmt.Printf("| status writes per change | %s |\n", medT(func(s stormResult) float64 { return s.statusPerChange }))
 	fmt.Printf("| Event writes | %s |\n", medT(func(s stormResult) float64 { return s.eventWrites }))
@@ -574,6 +587,28 @@ func (a *apiScraper) scrape(ctx context.Context) (counts, error) {
 			l[m[1]] = m[2]
 		}
 		out[reqKey{verb: l["verb"], group: l["group"], resource: l["resource"], subresource: l["subresource"]}] += v
+	}
+	return out, nil
+}
+
+// sliceBodyBytes returns the sum and the count of apiserver_request_body_size_bytes for
+// EndpointSlice updates.
+func (a *apiScraper) sliceBodyBytes(ctx context.Context) ([2]float64, error) {
+	series, err := scrapeLines(ctx, a.hc, a.url, "apiserver_request_body_size_bytes_")
+	if err != nil {
+		return [2]float64{}, err
+	}
+	var out [2]float64
+	for k, v := range series {
+		if !strings.Contains(k, `resource="endpointslices"`) || !strings.Contains(k, `verb="update"`) {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(k, "apiserver_request_body_size_bytes_sum"):
+			out[0] += v
+		case strings.HasPrefix(k, "apiserver_request_body_size_bytes_count"):
+			out[1] += v
+		}
 	}
 	return out, nil
 }
