@@ -66,7 +66,7 @@ bench-probes: deps ## Benchmark our TCP/HTTP/PostgreSQL probers and the kubelet'
 
 .PHONY: run
 run: ## Run the product on a local demo cluster with a live view until Ctrl-C (root; docs/RUN.md). ARGS="--exit-after-ready" for a smoke run.
-	@if [[ $$(id -u) -ne 0 ]]; then cd testkit && exec go run ./cmd/swh-run $(ARGS); fi
+	@if [[ $$(id -u) -ne 0 ]]; then echo "make run: needs root: it creates network namespaces, veth pairs and nftables rules and runs PostgreSQL as the postgres user; run \`sudo make run\`" >&2; exit 1; fi
 	@hack/deps.sh
 	@tools/build.sh kube
 	@cd testkit && go build -o "$${TMPDIR:-/tmp}/swh-run-$$$$" ./cmd/swh-run && cd .. && \
