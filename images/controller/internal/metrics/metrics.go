@@ -35,7 +35,9 @@ const (
 	OpClearSelector = "clear_selector"
 	OpDeleteService = "delete_service"
 	OpDeleteSlice   = "delete_slice"
-	OpUpdateStatus  = "update_status"
+	// OpDeleteBuiltinSlice deletes a built-in EndpointSlice of an adopted Service.
+	OpDeleteBuiltinSlice = "delete_builtin_slice"
+	OpUpdateStatus       = "update_status"
 )
 
 // Values of the kind label of Conflicts.
@@ -62,6 +64,9 @@ type Metrics struct {
 	GarbageCollectedSlices *prometheus.CounterVec
 	// ServiceWrites counts writes to child Services by operation; flat in a steady state.
 	ServiceWrites *prometheus.CounterVec
+	// BuiltinSlicesDeleted counts the built-in EndpointSlices of adopted Services that the
+	// controller deleted after clearing their selector.
+	BuiltinSlicesDeleted prometheus.Counter
 	// StatusWrites counts status updates; flat in a steady state.
 	StatusWrites prometheus.Counter
 	// PortReadyEndpoints is, per resource port, the ready endpoints of the last computed status.
@@ -106,6 +111,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: namespace, Name: "service_writes_total",
 			Help: "Writes to child Services, by operation; flat while nothing changes.",
 		}, []string{"operation"}),
+		BuiltinSlicesDeleted: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "builtin_slices_deleted_total",
+			Help: "EndpointSlices of the built-in EndpointSlice controller deleted from adopted Services once their selector was cleared (the built-in controller leaves them).",
+		}),
 		StatusWrites: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "status_writes_total",
 			Help: "Status updates of ServiceWithHealthchecks; flat while nothing changes.",
@@ -123,7 +132,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	var errs []error
 	for _, c := range []prometheus.Collector{
 		m.Reconciles, m.ReconcileDuration, m.Errors, m.Conflicts, m.Adoptions,
-		m.GarbageCollectedSlices, m.ServiceWrites, m.StatusWrites, m.PortReadyEndpoints, m.PortEndpoints,
+		m.GarbageCollectedSlices, m.ServiceWrites, m.BuiltinSlicesDeleted, m.StatusWrites, m.PortReadyEndpoints, m.PortEndpoints,
 	} {
 		errs = append(errs, reg.Register(c))
 	}
