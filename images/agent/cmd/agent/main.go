@@ -27,6 +27,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == describeMetricsCommand {
+		if err := describeMetrics(os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "agent: "+err.Error())
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return

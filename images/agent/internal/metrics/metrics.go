@@ -159,3 +159,6 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	return m
 }
+
+// MetricType tells the describe-metrics command that the metric is a gauge.
+func (c *CredentialProblems) MetricType() string { return "gauge" }

@@ -14,6 +14,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == describeMetricsCommand {
+		if err := describeMetrics(os.Stdout); err != nil {
+			fmt.Fprintf(os.Stderr, "controller: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	cfg, err := config.Parse(os.Args[1:], os.Getenv, os.Stdout)
 	if errors.Is(err, config.ErrHelp) {
 		return

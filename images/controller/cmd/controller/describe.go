@@ -1,0 +1,38 @@
+package main
+
+import (
+	"io"
+
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/withdraw"
+)
+
+// describeMetricsCommand is the hidden command that prints every metric the program registers
+// (tests/monitoring and the docs/METRICS.md check run it; it is a command, not a flag, so --help
+// and the frozen flags are unchanged).
+const describeMetricsCommand = "describe-metrics"
+
+// recordMetrics registers with rec every collector the manager registers (the controller's
+// metrics and the liveness runner's); TestDescribeMetricsListsWhatTheManagerRegisters keeps it
+// in step with controller.NewManager. controller-runtime's own metrics (workqueue_*,
+// rest_client_*, leader_election_master_status, controller_runtime_*) go to its global
+// registry and are not listed.
+func recordMetrics(rec *metrics.Recorder) error {
+	if _, err := metrics.New(rec); err != nil {
+		return err
+	}
+	if _, err := withdraw.NewMetrics(rec); err != nil {
+		return err
+	}
+	return nil
+}
+
+// describeMetrics prints the metrics of every collector the program registers, from Describe:
+// one tab-separated line each (name, type, labels, help).
+func describeMetrics(w io.Writer) error {
+	rec := &metrics.Recorder{}
+	if err := recordMetrics(rec); err != nil {
+		return err
+	}
+	return rec.Write(w)
+}
