@@ -35,8 +35,9 @@ type Input struct {
 	Zone string
 	Pods []Pod
 	// Existing are the slices this agent published before for (resource, node). An endpoint
-	// whose verdict is undecided keeps the conditions it has there (DESIGN §5), and a split
-	// port keeps its primary number.
+	// whose verdict is undecided keeps the conditions it has there (DESIGN §5); one that is in
+	// none of them is left out until its verdict is decided (unless the resource publishes
+	// not-ready addresses). A split port keeps its primary number.
 	Existing []*discoveryv1.EndpointSlice
 }
 
@@ -61,7 +62,8 @@ type groupKey struct {
 }
 
 // Compute returns the slices of (resource, node), sorted by name. A port with no published
-// endpoint on the node has no slice.
+// endpoint on the node has no slice: a slice is not created while all its endpoints are
+// undecided and were never published.
 func Compute(in Input) []Desired {
 	carried := map[carryKey]discoveryv1.EndpointConditions{}
 	primaries := map[string]int32{} // "<port>/<family>" -> number of the unsuffixed slice
@@ -79,6 +81,9 @@ func Compute(in Input) []Desired {
 	}
 
 	groups := map[groupKey][]discoveryv1.Endpoint{}
+	// users counts every endpoint that uses a number, also one left out while undecided, so
+	// the primary number does not depend on which pods' probes decide first.
+	users := map[groupKey]int{}
 	for _, p := range in.Pods {
 		for _, ep := range p.Endpoints {
 			if !ep.Published || ep.PortIndex >= len(in.Resource.Spec.Ports) {
@@ -90,35 +95,44 @@ func Compute(in Input) []Desired {
 				if family == "" {
 					continue
 				}
+				gk := groupKey{port: ep.PortIndex, family: family, number: ep.TargetPort}
+				users[gk]++
 				ready, serving, terminating := ep.Ready, ep.Serving, ep.Terminating
 				if !ep.Decided {
+					c, published := carried[carryKey{portName, p.Pod.UID, ip}]
+					if !published && !ep.PublishNotReady {
+						// Never published and not decided yet: left out until its probes
+						// decide. Published ready=false it would hide the same address's
+						// ready entry in the built-in slices while a Service is adopted
+						// (kube-proxy keeps one entry per address).
+						continue
+					}
 					serving = false
-					if c, ok := carried[carryKey{portName, p.Pod.UID, ip}]; ok && c.Serving != nil {
+					if published && c.Serving != nil {
 						serving = *c.Serving
 					}
 					ready, serving, terminating = portrule.Conditions(serving, ep.Terminating, ep.PublishNotReady)
 				}
-				gk := groupKey{port: ep.PortIndex, family: family, number: ep.TargetPort}
 				groups[gk] = append(groups[gk], endpoint(in, p.Pod, ip, ready, serving, terminating))
 			}
 		}
 	}
 
 	// Choose the primary (unsuffixed) number of each (port, family): the one already published
-	// unsuffixed when it is still in use, else the number with the most endpoints, then the
-	// smallest.
+	// unsuffixed when it is still in use, else the number with the most endpoints (published or
+	// waiting for their verdict), then the smallest.
 	type pf struct {
 		port   int
 		family discoveryv1.AddressType
 	}
 	primary := map[pf]int32{}
 	counts := map[pf]map[int32]int{}
-	for gk, eps := range groups {
+	for gk, n := range users {
 		k := pf{gk.port, gk.family}
 		if counts[k] == nil {
 			counts[k] = map[int32]int{}
 		}
-		counts[k][gk.number] = len(eps)
+		counts[k][gk.number] = n
 	}
 	for k, byNumber := range counts {
 		if n, ok := primaries[in.Resource.Spec.Ports[k.port].Name+"/"+string(k.family)]; ok && byNumber[n] > 0 {

@@ -169,7 +169,44 @@ func TestCompute(t *testing.T) {
 			existing: []*discoveryv1.EndpointSlice{existingSlice("mail-smtp-node-a", "smtp", 2525, discoveryv1.AddressTypeIPv4,
 				discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}, Conditions: conds(true, true, false), TargetRef: &corev1.ObjectReference{UID: "uid-p1"}},
 				discoveryv1.Endpoint{Addresses: []string{"10.0.0.2"}, Conditions: conds(false, false, false), TargetRef: &corev1.ObjectReference{UID: "uid-p2"}})},
-			want: map[string]summary{"mail-smtp-node-a": {2525, []string{"10.0.0.1=TTF", "10.0.0.2=FFF", "10.0.0.3=FFF"}}},
+			// p3 was never published: it waits for its verdict outside the slice.
+			want: map[string]summary{"mail-smtp-node-a": {2525, []string{"10.0.0.1=TTF", "10.0.0.2=FFF"}}},
+		},
+		"an undecided endpoint that was never published is left out": {
+			res:     resourceWithProbe(smtpPort),
+			pods:    []*corev1.Pod{pod("p1", 8080, "10.0.0.1")},
+			results: portrule.Results{},
+			want:    map[string]summary{},
+		},
+		"an endpoint never published is present once it is decided serving": {
+			res:     resourceWithProbe(smtpPort),
+			pods:    []*corev1.Pod{pod("p1", 8080, "10.0.0.1")},
+			results: portrule.Results{0: {State: portrule.Pass}},
+			want:    map[string]summary{"mail-smtp-node-a": {2525, []string{"10.0.0.1=TTF"}}},
+		},
+		"an endpoint never published is present once it is decided failing": {
+			res:     resourceWithProbe(smtpPort),
+			pods:    []*corev1.Pod{pod("p1", 8080, "10.0.0.1")},
+			results: portrule.Results{0: {State: portrule.Fail, Reason: "refused"}},
+			want:    map[string]summary{"mail-smtp-node-a": {2525, []string{"10.0.0.1=FFF"}}},
+		},
+		"an existing slice is not emptied by its undecided endpoints": {
+			res:     resourceWithProbe(smtpPort),
+			pods:    []*corev1.Pod{pod("p1", 8080, "10.0.0.1")},
+			results: portrule.Results{},
+			existing: []*discoveryv1.EndpointSlice{existingSlice("mail-smtp-node-a", "smtp", 2525, discoveryv1.AddressTypeIPv4,
+				discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}, Conditions: conds(false, false, false), TargetRef: &corev1.ObjectReference{UID: "uid-p1"}})},
+			want: map[string]summary{"mail-smtp-node-a": {2525, []string{"10.0.0.1=FFF"}}},
+		},
+		"an undecided endpoint never published is published ready when the resource publishes not-ready addresses": {
+			res: func() *v1alpha1.ServiceWithHealthchecks {
+				r := resourceWithProbe(smtpPort)
+				r.Spec.PublishNotReadyAddresses = true
+				return r
+			}(),
+			pods:    []*corev1.Pod{pod("p1", 8080, "10.0.0.1")},
+			results: portrule.Results{},
+			want:    map[string]summary{"mail-smtp-node-a": {2525, []string{"10.0.0.1=TFF"}}},
 		},
 		"a decided endpoint overrides an existing slice": {
 			res:     resourceWithProbe(smtpPort),
@@ -194,6 +231,24 @@ func TestCompute(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The primary (unsuffixed) number of a split port does not depend on which pods' probes decide
+// first: the pods left out while undecided count too.
+func TestComputeSplitPortCountsEndpointsWaitingForTheirVerdict(t *testing.T) {
+	res := resourceWithProbe(webPort)
+	waiting := evaluated(res, portrule.Results{}, pod("p1", 8080, "10.0.0.1"), pod("p2", 8080, "10.0.0.2"))
+	decided := evaluated(res, portrule.Results{0: {State: portrule.Pass}}, pod("p3", 9090, "10.0.0.3"))
+	got := Compute(Input{Resource: res, Node: node, Pods: append(waiting, decided...)})
+	assert.Equal(t, map[string]summary{"mail-web-node-a-9090": {9090, []string{"10.0.0.3=TTF"}}}, summarize(t, got),
+		"the decided pod alone is published, under the suffixed name: 8080 has more pods")
+
+	all := evaluated(res, portrule.Results{0: {State: portrule.Pass}}, pod("p1", 8080, "10.0.0.1"), pod("p2", 8080, "10.0.0.2"), pod("p3", 9090, "10.0.0.3"))
+	got = Compute(Input{Resource: res, Node: node, Pods: all, Existing: []*discoveryv1.EndpointSlice{got[0].Slice}})
+	assert.Equal(t, map[string]summary{
+		"mail-web-node-a":      {8080, []string{"10.0.0.1=TTF", "10.0.0.2=TTF"}},
+		"mail-web-node-a-9090": {9090, []string{"10.0.0.3=TTF"}},
+	}, summarize(t, got), "once decided, the others are published unsuffixed and nothing is renamed")
 }
 
 func TestComputeSliceContent(t *testing.T) {
