@@ -28,8 +28,8 @@ const (
 
 var pgPorts = []corev1.ContainerPort{{Name: "postgres", ContainerPort: 5432, Protocol: corev1.ProtocolTCP}}
 
-func postgresProbe(query string) v1alpha1.Probe {
-	return v1alpha1.Probe{Mode: v1alpha1.ProbeModePostgreSQL, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 1,
+func postgresProbe(query string, failureThreshold int32) v1alpha1.Probe {
+	return v1alpha1.Probe{Mode: v1alpha1.ProbeModePostgreSQL, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: failureThreshold,
 		PostgreSQL: &v1alpha1.PostgreSQLProbe{TargetPort: intstr.FromString("postgres"), DBName: "postgres", Query: query, AuthSecretName: pgSecretName}}
 }
 
@@ -60,8 +60,10 @@ func TestPostgresDBWriteFollowsThePrimaryAndDBReadEveryServerThatAnswers(t *test
 		StringData: map[string]string{credentials.KeyUser: pgProbeUser, credentials.KeyPassword: pgProbePassword, credentials.KeyTLSMode: string(credentials.TLSDisabled)},
 	}))
 	port := []v1alpha1.ServicePort{namedPort("postgres", 5432, intstr.FromString("postgres"))}
-	createResource(t, c, ns, "db-write", labels, port, postgresProbe(queryIsPrimary))
-	createResource(t, c, ns, "db-read", labels, port, postgresProbe(queryAnswers))
+	// db-write leaves at the first failure, as in docs/EXAMPLES.md; db-read tolerates two slow
+	// probes on a loaded machine (a timeout would withdraw a server that still answers).
+	createResource(t, c, ns, "db-write", labels, port, postgresProbe(queryIsPrimary, 1))
+	createResource(t, c, ns, "db-read", labels, port, postgresProbe(queryAnswers, 3))
 	agentA := startAgent(t, c, "node-a")
 	agentB := startAgent(t, c, "node-b")
 
@@ -112,7 +114,9 @@ func TestPostgresDBWriteFollowsThePrimaryAndDBReadEveryServerThatAnswers(t *test
 		"db-read-postgres-node-a": {ip(db0): "FFF"},
 		"db-read-postgres-node-b": {ip(db1): "TTF"},
 	})
-	eventuallyEvent(t, c, ns, agent.ReasonPortNotReady, "db-write: pod db-0, port postgres: probe 0 (PostgreSQL): connection refused")
+	// The reason depends on where the shutdown caught the probe: connection refused, or a
+	// query error (57P01 terminating connection, 57P03 shutting down).
+	eventuallyEvent(t, c, ns, agent.ReasonPortNotReady, "db-write: pod db-0, port postgres: probe 0 (PostgreSQL): ")
 	c.WaitProgrammed(t, ns+"/db-write", 5432, db1)
 	c.WaitProgrammed(t, ns+"/db-read", 5432, db1)
 	writes = c.Requests(t, cluster.TrafficOptions{Service: ns + "/db-write", Port: 5432, Protocol: cluster.PostgreSQL, PostgreSQL: login, Count: 20})
