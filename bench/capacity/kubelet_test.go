@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,6 +53,8 @@ func runKubelet(b *testing.B, mode string, n int, addrs []string) {
 	const period = time.Second
 	const timeout = time.Second
 
+	reasons := &failureReasons{counts: map[string]int{}}
+	defer reasons.print(b)
 	tcp := tcpprobe.New()
 	httpProber := httpprobe.New(false)
 	var recording atomic.Bool
@@ -69,17 +72,25 @@ func runKubelet(b *testing.B, mode string, n int, addrs []string) {
 		action := &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt(port), Scheme: corev1.URISchemeHTTP}
 		container := &corev1.Container{}
 		run := func() bool {
+			var res probe.Result
+			var out string
+			var err error
 			if mode == "tcp" {
-				res, _, err := tcp.Probe(host, port, timeout)
-				return err == nil && res == probe.Success
+				res, out, err = tcp.Probe(host, port, timeout)
+			} else {
+				// The kubelet builds the request for every run (pkg/kubelet/prober.runProbe).
+				req, rerr := httpprobe.NewRequestForHTTPGetAction(action, container, host, "probe")
+				if rerr != nil {
+					reasons.note(rerr.Error())
+					return false
+				}
+				res, out, err = httpProber.Probe(req, timeout)
 			}
-			// The kubelet builds the request for every run (pkg/kubelet/prober.runProbe).
-			req, err := httpprobe.NewRequestForHTTPGetAction(action, container, host, "probe")
-			if err != nil {
+			if err != nil || res != probe.Success {
+				reasons.note(fmt.Sprint(out, " ", err))
 				return false
 			}
-			res, _, err := httpProber.Probe(req, timeout)
-			return err == nil && res == probe.Success
+			return true
 		}
 		wg.Go(func() {
 			select {
@@ -150,6 +161,28 @@ func runKubelet(b *testing.B, mode string, n int, addrs []string) {
 	b.ReportMetric(float64(f)/wall, "failures/s")
 	if r > 0 {
 		b.ReportMetric((cpu1-cpu0).Seconds()/float64(r)*1e6, "cpu-µs/probe")
+	}
+}
+
+// failureReasons counts why probes failed (addresses and ports left out), for stderr.
+type failureReasons struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+var digits = regexp.MustCompile(`[0-9.:]+`)
+
+func (f *failureReasons) note(reason string) {
+	f.mu.Lock()
+	f.counts[digits.ReplaceAllString(reason, "#")]++
+	f.mu.Unlock()
+}
+
+func (f *failureReasons) print(b *testing.B) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for r, n := range f.counts {
+		fmt.Fprintf(os.Stderr, "%s: %d failures: %s\n", b.Name(), n, r)
 	}
 }
 
