@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -27,6 +28,7 @@ func TestEveryRenderedObjectPassesServerSideDryRun(t *testing.T) {
 			if set.EnabledModules != nil {
 				assert.Equal(t, 2, kinds["PodMonitor"], "the monitoring kinds went through the API server too")
 				assert.Equal(t, 2, kinds["VerticalPodAutoscaler"], "the autoscaling kinds went through the API server too")
+				assert.Equal(t, ruleFiles(t), kinds["PrometheusRule"], "every alert rule file went through the API server as a PrometheusRule")
 			}
 		})
 	}
@@ -38,11 +40,35 @@ func TestDryRunCatchesSchemaErrors(t *testing.T) {
 	ensureNamespace(t, bundle.Namespace)
 	ensureNamespace(t, bundle.MonitoringNamespace)
 	objs := render(t, bundle.ValueSets()[bundle.SetDefaults])
-	for _, kind := range []string{"Deployment", "PodMonitor", "VerticalPodAutoscaler"} {
+	for _, kind := range []string{"Deployment", "PodMonitor", "VerticalPodAutoscaler", "PrometheusRule"} {
 		obj := objs.OfKind(kind)[0].DeepCopy()
 		require.NoError(t, unstructured.SetNestedField(obj.Object, "no-such-field", "spec", "noSuchField"))
 		err := write(t.Context(), obj, true)
 		require.Error(t, err, kind)
 		assert.Contains(t, err.Error(), "noSuchField", kind)
 	}
+
+	// The PrometheusRule schema checks the rules themselves, e.g. that "for" is a duration.
+	rule := objs.OfKind("PrometheusRule")[0].DeepCopy()
+	groups, _, err := unstructured.NestedSlice(rule.Object, "spec", "groups")
+	require.NoError(t, err)
+	require.NotEmpty(t, groups)
+	g := groups[0].(map[string]any)
+	rules := g["rules"].([]any)
+	rules[0].(map[string]any)["for"] = "five minutes"
+	require.NoError(t, unstructured.SetNestedSlice(rule.Object, groups, "spec", "groups"))
+	err = write(t.Context(), rule, true)
+	require.Error(t, err, "a rule whose for is not a duration is rejected")
+	assert.Contains(t, err.Error(), "for", "the error names the field")
+}
+
+// ruleFiles is the number of alert rule files the chart ships as PrometheusRules.
+func ruleFiles(t *testing.T) int {
+	t.Helper()
+	root, err := bundle.Root()
+	require.NoError(t, err)
+	files, err := filepath.Glob(filepath.Join(root, "monitoring", "prometheus-rules", "*.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	return len(files)
 }

@@ -31,7 +31,7 @@ func ModuleDir(module string) (string, error) {
 }
 
 // PlatformCRDPaths are the CRD files of the kinds the chart renders besides its own: the
-// prometheus-operator's PodMonitor and the VerticalPodAutoscaler.
+// prometheus-operator's PodMonitor and PrometheusRule, and the VerticalPodAutoscaler.
 func PlatformCRDPaths() ([]string, error) {
 	prom, err := ModuleDir(PrometheusOperatorModule)
 	if err != nil {
@@ -43,6 +43,7 @@ func PlatformCRDPaths() ([]string, error) {
 	}
 	paths := []string{
 		filepath.Join(prom, "example", "prometheus-operator-crd", "monitoring.coreos.com_podmonitors.yaml"),
+		filepath.Join(prom, "example", "prometheus-operator-crd", "monitoring.coreos.com_prometheusrules.yaml"),
 		filepath.Join(vpa, "deploy", "vpa-v1-crd-gen.yaml"),
 	}
 	for _, p := range paths {
