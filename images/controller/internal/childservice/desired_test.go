@@ -333,15 +333,15 @@ func TestDecide(t *testing.T) {
 			})},
 			wantDelete: true, wantStatus: metav1.ConditionFalse, wantReason: ReasonReplacingService,
 		},
-		"an adoptable Service whose ports lack slices while its selector selects pods: adopt, keep the selector": {
-			in:        Input{Resource: resource(nil), Live: liveSvc(adoptable), MissingPorts: []string{"http"}, SelectsPods: true},
-			wantApply: true, wantAdopt: true, wantStatus: metav1.ConditionFalse, wantReason: ReasonSelectorPending, wantInMessage: "http",
+		"an adoptable Service whose ports lack a ready endpoint while its selector selects pods: adopt, keep the selector": {
+			in:        Input{Resource: resource(nil), Live: liveSvc(adoptable), PortsWithoutReady: []string{"http"}, SelectsPods: true},
+			wantApply: true, wantAdopt: true, wantStatus: metav1.ConditionFalse, wantReason: ReasonSelectorPending, wantInMessage: "waiting for a ready endpoint on port(s) http",
 		},
 		"an adoptable Service whose selector selects no pod: adopt and clear at once": {
-			in:        Input{Resource: resource(nil), Live: liveSvc(adoptable), MissingPorts: []string{"http"}, SelectsPods: false},
+			in:        Input{Resource: resource(nil), Live: liveSvc(adoptable), PortsWithoutReady: []string{"http"}, SelectsPods: false},
 			wantApply: true, wantAdopt: true, wantClear: true, wantStatus: metav1.ConditionTrue, wantReason: ReasonSynced,
 		},
-		"an adopted Service whose every port has slices: clear the selector": {
+		"an adopted Service whose every port has a ready endpoint: clear the selector": {
 			in: Input{Resource: resource(nil), Live: liveSvc(func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "web"} }),
 				Owned: inSync, SelectsPods: true},
 			wantClear: true, wantStatus: metav1.ConditionTrue, wantReason: ReasonSynced,
@@ -382,14 +382,18 @@ func TestDecide(t *testing.T) {
 	}
 }
 
-func TestMissingPorts(t *testing.T) {
+func TestPortsWithoutReadyEndpoint(t *testing.T) {
 	twoPorts := resource(func(s *v1alpha1.ServiceWithHealthchecks) {
 		s.Spec.Ports = append(s.Spec.Ports, v1alpha1.ServicePort{Name: "metrics", Protocol: corev1.ProtocolTCP, Port: 9090})
 	})
-	slice := func(port string, uid types.UID, managedBy string) discoveryv1.EndpointSlice {
+	ready := func(r bool) discoveryv1.Endpoint {
+		return discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: &r}}
+	}
+	slice := func(port string, uid types.UID, managedBy string, eps ...discoveryv1.Endpoint) discoveryv1.EndpointSlice {
 		key := slicemeta.SliceKey{Resource: "web", Port: port, Node: "n1"}
 		s := discoveryv1.EndpointSlice{
 			ObjectMeta: metav1.ObjectMeta{Name: key.Name(), Labels: key.Labels(), OwnerReferences: []metav1.OwnerReference{slicemeta.OwnerReference("web", uid)}},
+			Endpoints:  eps,
 		}
 		s.Labels[discoveryv1.LabelManagedBy] = managedBy
 		return s
@@ -399,28 +403,45 @@ func TestMissingPorts(t *testing.T) {
 		slices []discoveryv1.EndpointSlice
 		want   []string
 	}{
-		"no slices: every port is missing": {swh: twoPorts, want: []string{"http", "metrics"}},
-		"one port covered":                 {swh: twoPorts, slices: []discoveryv1.EndpointSlice{slice("http", testUID, slicemeta.ManagedBy)}, want: []string{"metrics"}},
-		"every port covered": {swh: twoPorts, slices: []discoveryv1.EndpointSlice{
-			slice("http", testUID, slicemeta.ManagedBy), slice("metrics", testUID, slicemeta.ManagedBy),
+		"no slices: every port waits": {swh: twoPorts, want: []string{"http", "metrics"}},
+		"one port with a ready endpoint": {
+			swh: twoPorts, slices: []discoveryv1.EndpointSlice{slice("http", testUID, slicemeta.ManagedBy, ready(true))}, want: []string{"metrics"},
+		},
+		"every port with a ready endpoint": {swh: twoPorts, slices: []discoveryv1.EndpointSlice{
+			slice("http", testUID, slicemeta.ManagedBy, ready(false), ready(true)), slice("metrics", testUID, slicemeta.ManagedBy, ready(true)),
 		}},
+		"a slice whose endpoints are all not ready does not count": {swh: twoPorts, slices: []discoveryv1.EndpointSlice{
+			slice("http", testUID, slicemeta.ManagedBy, ready(false)), slice("metrics", testUID, slicemeta.ManagedBy, ready(true)),
+		}, want: []string{"http"}},
+		"an empty slice does not count": {swh: twoPorts, slices: []discoveryv1.EndpointSlice{
+			slice("http", testUID, slicemeta.ManagedBy), slice("metrics", testUID, slicemeta.ManagedBy, ready(true)),
+		}, want: []string{"http"}},
+		"a missing ready condition counts as ready, as kube-proxy reads it": {swh: twoPorts, slices: []discoveryv1.EndpointSlice{
+			slice("http", testUID, slicemeta.ManagedBy, discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}}),
+			slice("metrics", testUID, slicemeta.ManagedBy, ready(true)),
+		}},
+		"a ready endpoint in another node's slice of the port counts": {swh: twoPorts, slices: func() []discoveryv1.EndpointSlice {
+			other := slice("http", testUID, slicemeta.ManagedBy, ready(true))
+			other.Name += "-n2"
+			return []discoveryv1.EndpointSlice{slice("http", testUID, slicemeta.ManagedBy, ready(false)), other, slice("metrics", testUID, slicemeta.ManagedBy, ready(true))}
+		}()},
 		"a slice of a deleted resource does not count": {swh: twoPorts, slices: []discoveryv1.EndpointSlice{
-			slice("http", "dead", slicemeta.ManagedBy), slice("metrics", testUID, slicemeta.ManagedBy),
+			slice("http", "dead", slicemeta.ManagedBy, ready(true)), slice("metrics", testUID, slicemeta.ManagedBy, ready(true)),
 		}, want: []string{"http"}},
 		"another controller's slice does not count": {swh: twoPorts, slices: []discoveryv1.EndpointSlice{
-			slice("http", testUID, "endpointslice-controller.k8s.io"), slice("metrics", testUID, slicemeta.ManagedBy),
+			slice("http", testUID, "endpointslice-controller.k8s.io", ready(true)), slice("metrics", testUID, slicemeta.ManagedBy, ready(true)),
 		}, want: []string{"http"}},
 		"a single unnamed port is named by its number": {
 			swh: resource(func(s *v1alpha1.ServiceWithHealthchecks) { s.Spec.Ports[0].Name = "" }), want: []string{"80"},
 		},
 		"a single unnamed port is covered by a slice with an empty port label": {
 			swh:    resource(func(s *v1alpha1.ServiceWithHealthchecks) { s.Spec.Ports[0].Name = "" }),
-			slices: []discoveryv1.EndpointSlice{slice("", testUID, slicemeta.ManagedBy)},
+			slices: []discoveryv1.EndpointSlice{slice("", testUID, slicemeta.ManagedBy, ready(true))},
 		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			assert.Equal(t, tc.want, MissingPorts(tc.swh, tc.slices))
+			assert.Equal(t, tc.want, PortsWithoutReadyEndpoint(tc.swh, tc.slices))
 		})
 	}
 }

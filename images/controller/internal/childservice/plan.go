@@ -27,7 +27,7 @@ const (
 	// ReasonForeignService: a Service of that name belongs to someone else; it is left untouched.
 	ReasonForeignService = "ForeignService"
 	// ReasonSelectorPending: the Service (being adopted) still has a selector, kept until this
-	// module publishes EndpointSlices for every port.
+	// module's EndpointSlices hold a ready endpoint for every port.
 	ReasonSelectorPending = "SelectorPending"
 	// ReasonExtraPorts: the Service has ports the resource does not list, set by another field
 	// manager (typically before adoption); they are neither served by this module's slices nor
@@ -49,8 +49,9 @@ type Input struct {
 	Live *corev1.Service
 	// Owned is what the controller's field manager owns in Live (nil when Live is nil).
 	Owned *corev1ac.ServiceApplyConfiguration
-	// MissingPorts are the ports of the resource without an EndpointSlice of this resource.
-	MissingPorts []string
+	// PortsWithoutReady are the ports of the resource without a ready endpoint in the
+	// EndpointSlices of this resource (PortsWithoutReadyEndpoint).
+	PortsWithoutReady []string
 	// SelectsPods tells whether Live's selector selects any pod. Only consulted when
 	// NeedsPodCheck says so; false otherwise.
 	SelectsPods bool
@@ -77,9 +78,10 @@ type Plan struct {
 }
 
 // NeedsPodCheck tells whether the plan depends on whether the live Service's selector selects any
-// pod: only for an owned or adoptable Service with a selector while some port has no slice yet.
-func NeedsPodCheck(swh *v1alpha1.ServiceWithHealthchecks, live *corev1.Service, missingPorts []string) bool {
-	if live == nil || len(live.Spec.Selector) == 0 || len(missingPorts) == 0 {
+// pod: only for an owned or adoptable Service with a selector while some port has no ready
+// endpoint in this resource's slices yet.
+func NeedsPodCheck(swh *v1alpha1.ServiceWithHealthchecks, live *corev1.Service, portsWithoutReady []string) bool {
+	if live == nil || len(live.Spec.Selector) == 0 || len(portsWithoutReady) == 0 {
 		return false
 	}
 	o := Classify(swh, live)
@@ -127,12 +129,12 @@ func Decide(in Input) Plan {
 		return p
 	}
 	if len(live.Spec.Selector) > 0 {
-		if len(in.MissingPorts) == 0 || !in.SelectsPods {
+		if len(in.PortsWithoutReady) == 0 || !in.SelectsPods {
 			p.ClearSelector = true
 		} else {
 			p.Synced = condition(metav1.ConditionFalse, ReasonSelectorPending,
-				"Service %s still has the selector %s; it is cleared once EndpointSlices are published for port(s) %s, so traffic keeps flowing during the switch",
-				name, formatSelector(live.Spec.Selector), strings.Join(in.MissingPorts, ", "))
+				"adopting: waiting for a ready endpoint on port(s) %s; Service %s keeps its selector %s until this module's EndpointSlices have one for every port, so traffic keeps flowing during the switch",
+				strings.Join(in.PortsWithoutReady, ", "), name, formatSelector(live.Spec.Selector))
 			return p
 		}
 	}
@@ -195,18 +197,28 @@ func PortLabel(p *v1alpha1.ServicePort) string {
 	return p.Name
 }
 
-// MissingPorts lists the ports of the resource (by name, or by number when unnamed) that no
-// EndpointSlice of this resource publishes yet. Slices of other resources, of other UIDs or of
-// other managers do not count.
-func MissingPorts(swh *v1alpha1.ServiceWithHealthchecks, slices []discoveryv1.EndpointSlice) []string {
+// PortsWithoutReadyEndpoint lists the ports of the resource (by name, or by number when
+// unnamed) for which no EndpointSlice of this resource holds a ready endpoint yet (DESIGN §11,
+// "published slices for every port", read as a ready endpoint for every port: a slice whose
+// endpoints are all not ready would take the port's traffic away if the selector were cleared).
+// A missing ready condition counts as ready, as kube-proxy reads it. Slices of other resources,
+// of other UIDs or of other managers do not count.
+func PortsWithoutReadyEndpoint(swh *v1alpha1.ServiceWithHealthchecks, slices []discoveryv1.EndpointSlice) []string {
 	have := map[string]bool{}
 	for i := range slices {
 		s := &slices[i]
 		if !slicemeta.IsOwnedBy(s, swh.UID) {
 			continue
 		}
-		if port, ok := s.Labels[slicemeta.LabelPort]; ok {
-			have[port] = true
+		port, ok := s.Labels[slicemeta.LabelPort]
+		if !ok {
+			continue
+		}
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready == nil || *e.Conditions.Ready {
+				have[port] = true
+				break
+			}
 		}
 	}
 	var missing []string

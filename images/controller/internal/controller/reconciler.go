@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -56,6 +57,9 @@ type Reconciler struct {
 	// agents is the liveness runner's judgement (nil when agents are not judged).
 	agents *agentsView
 	now    func() time.Time
+	// builtinSwept holds the UIDs of adopted Services whose built-in EndpointSlices this process
+	// has already looked for and deleted (needsBuiltinSweep).
+	builtinSwept sync.Map
 }
 
 // Reconcile brings the Service, the slices and the status of one resource in line.
@@ -136,16 +140,16 @@ func (r *Reconciler) syncService(ctx context.Context, swh *v1alpha1.ServiceWithH
 			return serviceOutcome{synced: writeFailed(err)}, fmt.Errorf("reading the fields owned in Service %s/%s: %w", live.Namespace, live.Name, err)
 		}
 	}
-	missing := childservice.MissingPorts(swh, slices)
+	waiting := childservice.PortsWithoutReadyEndpoint(swh, slices)
 	selectsPods := false
-	if childservice.NeedsPodCheck(swh, live, missing) {
+	if childservice.NeedsPodCheck(swh, live, waiting) {
 		var err error
 		if selectsPods, err = r.selectsPods(ctx, live); err != nil {
 			return serviceOutcome{synced: writeFailed(err)}, err
 		}
 	}
 	plan := childservice.Decide(childservice.Input{
-		Resource: swh, Live: live, Owned: owned, MissingPorts: missing, SelectsPods: selectsPods,
+		Resource: swh, Live: live, Owned: owned, PortsWithoutReady: waiting, SelectsPods: selectsPods,
 	})
 	out := serviceOutcome{synced: plan.Synced}
 	log.V(1).Info("planned the child Service", "ownership", plan.Ownership.String(),
@@ -213,6 +217,11 @@ func (r *Reconciler) syncService(ctx context.Context, swh *v1alpha1.ServiceWithH
 		live = cleared
 	}
 	out.service = live
+	if r.needsBuiltinSweep(live, plan.ClearSelector) {
+		if err := r.deleteBuiltinSlices(ctx, swh, live); err != nil {
+			return out, err
+		}
+	}
 	return out, nil
 }
 
