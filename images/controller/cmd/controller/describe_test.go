@@ -58,4 +58,3 @@ func TestDescribeMetricsCommandPrintsOneLinePerMetric(t *testing.T) {
 	assert.Equal(t, "histogram -", names["swh_controller_reconcile_duration_seconds"])
 	assert.Equal(t, "gauge -", names["swh_controller_liveness_guard_holding"])
 }
-

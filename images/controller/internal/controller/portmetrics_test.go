@@ -60,4 +60,3 @@ func TestPortEndpointGaugesFollowTheStatus(t *testing.T) {
 	require.NoError(t, env.Client.Delete(t.Context(), swh))
 	require.Eventually(t, func() bool { return series() == 0 }, wait, tick, "a deleted resource leaves no series")
 }
-
