@@ -215,7 +215,7 @@ func TestControllerCanDoItsJobAndReadsNoSecrets(t *testing.T) {
 			swh.Status.ReadySummary = "pg: 0/0"
 			return c.Status().Update(ctx, swh)
 		}},
-		"it creates and updates the child Service": {allowed: true, do: func(ctx context.Context, c client.Client) error {
+		"it creates, updates and deletes the child Service": {allowed: true, do: func(ctx context.Context, c client.Client) error {
 			svc := &corev1.Service{
 				ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "db"},
 				Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "pg", Port: 5432}}},
@@ -224,7 +224,11 @@ func TestControllerCanDoItsJobAndReadsNoSecrets(t *testing.T) {
 				return err
 			}
 			svc.Labels = map[string]string{"touched": "yes"}
-			return c.Update(ctx, svc)
+			if err := c.Update(ctx, svc); err != nil {
+				return err
+			}
+			// A deleted resource's child Service is deleted by the controller (docs/CONTROLLER.md).
+			return c.Delete(ctx, svc)
 		}},
 		"it lists slices, nodes and pods": {allowed: true, do: func(ctx context.Context, c client.Client) error {
 			for _, l := range []client.ObjectList{&discoveryv1.EndpointSliceList{}, &corev1.NodeList{}, &corev1.PodList{}} {
