@@ -27,6 +27,8 @@ var fromElsewhere = map[string]string{
 	// Registry option), so describe-metrics cannot list them.
 	"leader_election_master_status": "controller-runtime (client-go leader election), name = the Lease",
 	"workqueue_depth":               "controller-runtime work queue, name = the controller",
+	// kube-state-metrics (Deckhouse's monitoring-kubernetes module).
+	"kube_daemonset_status_number_unavailable": "kube-state-metrics, DaemonSet status",
 	// The module's credentials hook exports it through Deckhouse (hooks/credentials).
 	"d8_service_with_healthchecks_credential_secret_problem": "the module's credentials hook, exported by Deckhouse",
 }
