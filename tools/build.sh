@@ -12,7 +12,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache_root=${SWH_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/service-with-healthchecks}
-all_groups=(kube codegen lint prom)
+all_groups=(kube codegen lint)
 
 group_dir() {
 	local g=$1 key
