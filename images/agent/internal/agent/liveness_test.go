@@ -194,38 +194,21 @@ func watchEndpoints(t *testing.T, c *cluster.Cluster, ns string) *endpointWatch 
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
+	// The goroutine owns w (it replaces it when a watch ends) and stops it itself: the cleanup
+	// only cancels and waits, so it never touches a watcher that is being replaced.
 	go func() {
 		defer close(done)
 		rv := list.ResourceVersion
 		for {
-			for ev := range w.ResultChan() {
-				if ev.Type == watch.Error {
-					ew.mu.Lock()
-					ew.errs = append(ew.errs, fmt.Sprintf("%v", ev.Object))
-					ew.mu.Unlock()
-					continue
-				}
-				s, ok := ev.Object.(*discoveryv1.EndpointSlice)
-				if !ok {
-					continue
-				}
-				rv = s.ResourceVersion
-				if ev.Type == watch.Bookmark {
-					continue
-				}
-				ew.mu.Lock()
-				for _, e := range s.Endpoints {
-					ew.events = append(ew.events, endpointEvent{at: time.Now(), slice: s.Name, ip: e.Addresses[0],
-						rst: tf(e.Conditions.Ready) + tf(e.Conditions.Serving) + tf(e.Conditions.Terminating)})
-				}
-				ew.mu.Unlock()
-			}
+			rv = ew.record(ctx, w, rv)
+			w.Stop()
 			for {
 				if ctx.Err() != nil {
 					return
 				}
-				w, err = wc.Watch(ctx, &discoveryv1.EndpointSliceList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
-				if err == nil {
+				next, werr := wc.Watch(ctx, &discoveryv1.EndpointSliceList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
+				if werr == nil {
+					w = next
 					break
 				}
 				select {
@@ -236,8 +219,45 @@ func watchEndpoints(t *testing.T, c *cluster.Cluster, ns string) *endpointWatch 
 			}
 		}
 	}()
-	t.Cleanup(func() { cancel(); w.Stop(); <-done })
+	t.Cleanup(func() { cancel(); <-done })
 	return ew
+}
+
+// record appends the endpoints of every slice event of w until the watch ends or ctx is done,
+// and returns the last resourceVersion seen (to resume from).
+func (ew *endpointWatch) record(ctx context.Context, w watch.Interface, rv string) string {
+	for {
+		var ev watch.Event
+		var open bool
+		select {
+		case <-ctx.Done():
+			return rv
+		case ev, open = <-w.ResultChan():
+		}
+		if !open {
+			return rv
+		}
+		if ev.Type == watch.Error {
+			ew.mu.Lock()
+			ew.errs = append(ew.errs, fmt.Sprintf("%v", ev.Object))
+			ew.mu.Unlock()
+			continue
+		}
+		s, ok := ev.Object.(*discoveryv1.EndpointSlice)
+		if !ok {
+			continue
+		}
+		rv = s.ResourceVersion
+		if ev.Type == watch.Bookmark {
+			continue
+		}
+		ew.mu.Lock()
+		for _, e := range s.Endpoints {
+			ew.events = append(ew.events, endpointEvent{at: time.Now(), slice: s.Name, ip: e.Addresses[0],
+				rst: tf(e.Conditions.Ready) + tf(e.Conditions.Serving) + tf(e.Conditions.Terminating)})
+		}
+		ew.mu.Unlock()
+	}
 }
 
 // of returns the recorded conditions of one endpoint, in order.
