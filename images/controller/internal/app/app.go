@@ -28,6 +28,7 @@ func Run(ctx context.Context, cfg config.Config) error {
 		return err
 	}
 	restCfg.UserAgent = "service-with-healthchecks-controller"
+	restCfg.QPS, restCfg.Burst = cfg.KubeAPIQPS, cfg.KubeAPIBurst
 	mgr, _, err := controller.NewManager(restCfg, controller.Options{
 		MetricsBindAddress:      cfg.MetricsBindAddress,
 		HealthProbeBindAddress:  cfg.HealthProbeBindAddress,

@@ -34,9 +34,19 @@ type Config struct {
 	// AgentLostGrace is how long an agent's Lease may stay unrenewed before its node's endpoints
 	// are withdrawn.
 	AgentLostGrace time.Duration
+	// KubeAPIQPS and KubeAPIBurst limit this client's requests to the API server (client-go's
+	// own default, 5/10, made 1,000 resources take minutes: docs/BENCHMARKS.md).
+	KubeAPIQPS   float32
+	KubeAPIBurst int
 	// LogLevel is the lowest level logged.
 	LogLevel zapcore.Level
 }
+
+// Client-side API rate limits (--kube-api-qps, --kube-api-burst).
+const (
+	DefaultKubeAPIQPS   = 50
+	DefaultKubeAPIBurst = 100
+)
 
 // ErrHelp is returned by Parse when --help was asked for; the usage was written to out.
 var ErrHelp = pflag.ErrHelp
@@ -64,6 +74,10 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Config, er
 		"Namespace where every agent renews a Lease for its node.")
 	fs.DurationVar(&c.AgentLostGrace, "agent-lost-grace", 40*time.Second,
 		"How long an agent's Lease may go unrenewed, as seen by this controller's own clock, before the endpoints of its node are withdrawn.")
+	fs.Float32Var(&c.KubeAPIQPS, "kube-api-qps", DefaultKubeAPIQPS,
+		"Queries per second this controller may send to the API server (client-side limit).")
+	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", DefaultKubeAPIBurst,
+		"Burst of queries above --kube-api-qps.")
 	fs.StringVar(&logLevel, "log-level", "info",
 		"Lowest log level: debug, info, warn or error (logs are JSON on stderr).")
 	fs.Usage = func() {}
@@ -122,6 +136,12 @@ func (c *Config) check() error {
 	}
 	if c.AgentLostGrace <= 0 {
 		return fmt.Errorf("--agent-lost-grace %s: must be positive", c.AgentLostGrace)
+	}
+	if c.KubeAPIQPS <= 0 {
+		return fmt.Errorf("--kube-api-qps %v: must be positive", c.KubeAPIQPS)
+	}
+	if c.KubeAPIBurst < 1 {
+		return fmt.Errorf("--kube-api-burst %d: must be at least 1", c.KubeAPIBurst)
 	}
 	return nil
 }

@@ -25,6 +25,8 @@ func TestDefaults(t *testing.T) {
 		LeaderElectionNamespace: "d8-service-with-healthchecks",
 		AgentLeaseNamespace:     "d8-service-with-healthchecks",
 		AgentLostGrace:          40 * time.Second,
+		KubeAPIQPS:              50,
+		KubeAPIBurst:            100,
 		LogLevel:                zapcore.InfoLevel,
 	}, c)
 }
@@ -49,13 +51,13 @@ func TestParse(t *testing.T) {
 			args: []string{
 				"--metrics-bind-address=[::1]:9000", "--health-probe-bind-address=0.0.0.0:9001",
 				"--leader-elect=false", "--leader-election-namespace=le", "--agent-lease-namespace=al",
-				"--agent-lost-grace=1m30s", "--log-level=debug",
+				"--agent-lost-grace=1m30s", "--kube-api-qps=20.5", "--kube-api-burst=7", "--log-level=debug",
 			},
 			check: func(t *testing.T, c Config) {
 				assert.Equal(t, Config{
 					MetricsBindAddress: "[::1]:9000", HealthProbeBindAddress: "0.0.0.0:9001",
 					LeaderElectionNamespace: "le", AgentLeaseNamespace: "al",
-					AgentLostGrace: 90 * time.Second, LogLevel: zapcore.DebugLevel,
+					AgentLostGrace: 90 * time.Second, KubeAPIQPS: 20.5, KubeAPIBurst: 7, LogLevel: zapcore.DebugLevel,
 				}, c)
 			},
 		},
@@ -75,6 +77,8 @@ func TestParse(t *testing.T) {
 		"a bad duration":                           {args: []string{"--agent-lost-grace=soon"}, wantErr: `invalid argument "soon" for "--agent-lost-grace"`},
 		"a zero grace":                             {args: []string{"--agent-lost-grace=0s"}, wantErr: "--agent-lost-grace 0s: must be positive"},
 		"a negative grace":                         {args: []string{"--agent-lost-grace=-1s"}, wantErr: "must be positive"},
+		"a zero QPS":                               {args: []string{"--kube-api-qps=0"}, wantErr: "--kube-api-qps 0: must be positive"},
+		"a zero burst":                             {args: []string{"--kube-api-burst=0"}, wantErr: "--kube-api-burst 0: must be at least 1"},
 		"metrics on every address":                 {args: []string{"--metrics-bind-address=:8080"}, wantErr: "must be a loopback address"},
 		"metrics on a pod address":                 {args: []string{"--metrics-bind-address=10.0.0.1:8080"}, wantErr: "must be a loopback address"},
 		"metrics without a port":                   {args: []string{"--metrics-bind-address=127.0.0.1"}, wantErr: "--metrics-bind-address"},
