@@ -63,8 +63,9 @@ type Options struct {
 	LeaseNamespace string
 	// ProbeConcurrency bounds how many probes run at once.
 	ProbeConcurrency int
-	// CoalesceWindow is how long a probe result change waits for others before the slices of
-	// its resource are recomputed and written (one write per slice per burst).
+	// CoalesceWindow coalesces probe result changes, leading-edge: a change of a resource not
+	// queued within the last window is reconciled at once, the changes that follow within the
+	// window together when it ends (at most two writes per slice per window).
 	CoalesceWindow time.Duration
 	// Runner runs probes; nil uses the real prober with the credential store.
 	Runner scheduler.Runner

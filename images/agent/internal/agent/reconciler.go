@@ -28,6 +28,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/coalesce"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/credentials"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/portrule"
@@ -70,11 +71,12 @@ type Reconciler struct {
 	Credentials *credentials.Store
 	Metrics     *metrics.Metrics
 	Log         logr.Logger
-	// Window coalesces result changes into one reconcile.
+	// Window coalesces result changes (leading-edge, see enqueueChange).
 	Window time.Duration
 
 	mu        sync.Mutex
 	queue     workqueue.TypedRateLimitingInterface[reconcile.Request]
+	coalescer *coalesce.Coalescer[types.NamespacedName]
 	zone      *string
 	refs      map[types.NamespacedName][]types.NamespacedName
 	endpoints map[types.NamespacedName]map[string]int
@@ -86,6 +88,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.refs = map[types.NamespacedName][]types.NamespacedName{}
 	r.endpoints = map[types.NamespacedName]map[string]int{}
 	r.serving = map[types.NamespacedName]map[string]bool{}
+	r.coalescer = coalesce.New[types.NamespacedName](r.Window, nil)
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("agent").
 		// Failed writes (an API outage) are retried at most 30 s apart, so the agent publishes
@@ -107,10 +110,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return nil
 }
 
-// resultChanged is the scheduler's OnChange: it enqueues the resource after the coalescing
-// window, so a burst of changes makes one reconcile (and one write per slice).
+// resultChanged is the scheduler's OnChange: it enqueues the resource with leading-edge
+// coalescing (see enqueueChange).
 func (r *Reconciler) resultChanged(c scheduler.Change) {
-	r.enqueueAfter(c.Key.Resource)
+	r.enqueueChange(c.Key.Resource)
 }
 
 // secretChanged re-evaluates the resources that reference a credential Secret.
@@ -124,16 +127,27 @@ func (r *Reconciler) secretChanged(secret types.NamespacedName) {
 	}
 	r.mu.Unlock()
 	for _, res := range hit {
-		r.enqueueAfter(res)
+		r.enqueueChange(res)
 	}
 }
 
-func (r *Reconciler) enqueueAfter(res types.NamespacedName) {
+// enqueueChange enqueues the resource of a change, coalescing leading-edge: a change of a
+// resource not queued within the last window is queued at once; the changes that follow within
+// the window are queued together when the window since the last queueing ends (the work queue
+// keeps one entry per resource and the earliest time). A burst makes at most two reconciles
+// (and two writes per slice) per window, a flap storm about one per window.
+func (r *Reconciler) enqueueChange(res types.NamespacedName) {
 	r.mu.Lock()
 	q := r.queue
 	r.mu.Unlock()
-	if q != nil {
-		q.AddAfter(reconcile.Request{NamespacedName: res}, r.Window)
+	if q == nil {
+		return
+	}
+	req := reconcile.Request{NamespacedName: res}
+	if d := r.coalescer.Next(res); d > 0 {
+		q.AddAfter(req, d)
+	} else {
+		q.Add(req)
 	}
 }
 
@@ -309,6 +323,7 @@ func Targets(swh *v1alpha1.ServiceWithHealthchecks, pods []*corev1.Pod) []schedu
 // forget drops everything the agent keeps for a resource.
 func (r *Reconciler) forget(res types.NamespacedName) {
 	r.Scheduler.Set(res, nil)
+	r.coalescer.Forget(res)
 	r.mu.Lock()
 	delete(r.refs, res)
 	delete(r.endpoints, res)
