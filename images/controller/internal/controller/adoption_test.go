@@ -126,7 +126,10 @@ func TestAdoptionKeepsTheSelectorUntilEveryPortHasAReadyEndpoint(t *testing.T) {
 	assert.Equal(t, live.Spec.ClusterIP, svc.Spec.ClusterIP, "the cluster IP is kept")
 	assert.Equal(t, nodePorts, []int32{svc.Spec.Ports[0].NodePort, svc.Spec.Ports[1].NodePort}, "the node ports are kept")
 	assert.Equal(t, map[string]string{"app": "web"}, svc.Spec.Selector, "the selector stays while no slice exists")
-	assert.Equal(t, 1.0, testutil.ToFloat64(run.metrics.Adoptions))
+	// The counter is incremented after the write returns: the owner reference can be seen first.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, 1.0, testutil.ToFloat64(run.metrics.Adoptions))
+	}, wait, tick, "the adoption is counted")
 
 	eventually(t, swh, func(c *assert.CollectT, swh *v1alpha1.ServiceWithHealthchecks) {
 		cond := condition(swh, v1alpha1.ConditionServiceSynced)

@@ -70,10 +70,14 @@ func TestGarbageSlicesAreDeletedAndTheRestSurvives(t *testing.T) {
 		}
 	})
 
-	assert.Equal(t, 2.0, testutil.ToFloat64(run.metrics.GarbageCollectedSlices.WithLabelValues(string(gc.NodeDeleted))))
-	assert.Equal(t, 2.0, testutil.ToFloat64(run.metrics.GarbageCollectedSlices.WithLabelValues(string(gc.PortRemoved))))
-	assert.Equal(t, 1.0, testutil.ToFloat64(run.metrics.GarbageCollectedSlices.WithLabelValues(string(gc.OwnerMismatch))))
-	assert.Equal(t, 1.0, testutil.ToFloat64(run.metrics.GarbageCollectedSlices.WithLabelValues(string(gc.ResourceDeleted))))
+	// Each deletion is counted after its DELETE returns, so the last count may trail the slice's
+	// disappearance by a moment.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, 2.0, testutil.ToFloat64(run.metrics.GarbageCollectedSlices.WithLabelValues(string(gc.NodeDeleted))))
+		assert.Equal(c, 2.0, testutil.ToFloat64(run.metrics.GarbageCollectedSlices.WithLabelValues(string(gc.PortRemoved))))
+		assert.Equal(c, 1.0, testutil.ToFloat64(run.metrics.GarbageCollectedSlices.WithLabelValues(string(gc.OwnerMismatch))))
+		assert.Equal(c, 1.0, testutil.ToFloat64(run.metrics.GarbageCollectedSlices.WithLabelValues(string(gc.ResourceDeleted))))
+	}, wait, tick, "every collected slice is counted by its reason")
 
 	t.Run("deleting the resource deletes its slices", func(t *testing.T) {
 		require.NoError(t, env.Client.Delete(t.Context(), swh))
