@@ -223,24 +223,24 @@ func watchEndpoints(t *testing.T, c *cluster.Cluster, ns string) *endpointWatch 
 	return ew
 }
 
-// record appends the endpoints of every slice event of w until the watch ends or ctx is done,
+// record appends the endpoints of every slice event of wi until the watch ends or ctx is done,
 // and returns the last resourceVersion seen (to resume from).
-func (ew *endpointWatch) record(ctx context.Context, w watch.Interface, rv string) string {
+func (w *endpointWatch) record(ctx context.Context, wi watch.Interface, rv string) string {
 	for {
 		var ev watch.Event
 		var open bool
 		select {
 		case <-ctx.Done():
 			return rv
-		case ev, open = <-w.ResultChan():
+		case ev, open = <-wi.ResultChan():
 		}
 		if !open {
 			return rv
 		}
 		if ev.Type == watch.Error {
-			ew.mu.Lock()
-			ew.errs = append(ew.errs, fmt.Sprintf("%v", ev.Object))
-			ew.mu.Unlock()
+			w.mu.Lock()
+			w.errs = append(w.errs, fmt.Sprintf("%v", ev.Object))
+			w.mu.Unlock()
 			continue
 		}
 		s, ok := ev.Object.(*discoveryv1.EndpointSlice)
@@ -251,12 +251,12 @@ func (ew *endpointWatch) record(ctx context.Context, w watch.Interface, rv strin
 		if ev.Type == watch.Bookmark {
 			continue
 		}
-		ew.mu.Lock()
+		w.mu.Lock()
 		for _, e := range s.Endpoints {
-			ew.events = append(ew.events, endpointEvent{at: time.Now(), slice: s.Name, ip: e.Addresses[0],
+			w.events = append(w.events, endpointEvent{at: time.Now(), slice: s.Name, ip: e.Addresses[0],
 				rst: tf(e.Conditions.Ready) + tf(e.Conditions.Serving) + tf(e.Conditions.Terminating)})
 		}
-		ew.mu.Unlock()
+		w.mu.Unlock()
 	}
 }
 
