@@ -67,11 +67,11 @@ bench: deps tools ## Run every benchmark suite (bench/run.sh: bench/*/run.sh in 
 	bench/run.sh
 
 .PHONY: bench-probes
-bench-probes: deps ## Benchmark our TCP/HTTP/PostgreSQL probers and the kubelet's TCP/HTTP probers (docs/BENCHMARKS.md).
+bench-probes: deps ## Benchmark our TCP/HTTP/PostgreSQL probers and the kubelet's TCP/HTTP probers (development/BENCHMARKS.md).
 	bench/probes/run.sh
 
 .PHONY: run
-run: ## Run the product on a local demo cluster with a live view until Ctrl-C (root; docs/RUN.md). ARGS="--exit-after-ready" for a smoke run.
+run: ## Run the product on a local demo cluster with a live view until Ctrl-C (root; development/RUN.md). ARGS="--exit-after-ready" for a smoke run.
 	@if [[ $$(id -u) -ne 0 ]]; then echo "make run: needs root: it creates network namespaces, veth pairs and nftables rules and runs PostgreSQL as the postgres user; run \`sudo make run\`" >&2; exit 1; fi
 	@hack/deps.sh
 	@tools/build.sh kube

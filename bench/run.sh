@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every benchmark suite in a fixed order and prints one markdown report to stdout
-# (`make bench`). Results worth keeping go to docs/BENCHMARKS.md by hand, with the machine load.
+# (`make bench`). Results worth keeping go to development/BENCHMARKS.md by hand, with the machine load.
 #
 # Contract for a suite (one folder per suite, bench/<suite>/run.sh):
 #   - Order: probes, capacity, publish, writes, scale. A suite whose run.sh is missing (or not

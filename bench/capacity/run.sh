@@ -6,7 +6,7 @@
 # ./server, a process of its own, so the CPU time and peak RSS are the prober's alone. Every case
 # runs in a fresh process (peak RSS is a high-water mark), ours and the kubelet's in
 # alternation, CAPACITY_ROUNDS times; stdout gets the medians as a markdown section (bench/run.sh),
-# raw benchmark lines go to stderr. Results: docs/BENCHMARKS.md.
+# raw benchmark lines go to stderr. Results: development/BENCHMARKS.md.
 #
 #   bench/capacity/run.sh       # 3 rounds x {tcp,http} x {1000,5000,10000} x {agent,kubelet}: about 16 min
 #   CAPACITY_ROUNDS=1 CAPACITY_SIZES=10000 CAPACITY_MODES=tcp CAPACITY_KUBELET=0 bench/capacity/run.sh

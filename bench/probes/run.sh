@@ -3,7 +3,7 @@
 # and of the kubelet (this module: k8s.io/kubernetes/pkg/probe/{tcp,http}) against the same kind
 # of local servers. Both test binaries are built first and then run in alternation, ROUNDS times,
 # so load from anything else on the machine hits both sides alike. Results go to
-# docs/BENCHMARKS.md. Needs PostgreSQL 15 (make deps); as root it runs it as the postgres user.
+# development/BENCHMARKS.md. Needs PostgreSQL 15 (make deps); as root it runs it as the postgres user.
 #
 #   bench/probes/run.sh                                   # ROUNDS=5 BENCHTIME=2s
 #   ROUNDS=3 BENCHTIME=1000x BENCH='TCP|HTTP' bench/probes/run.sh

@@ -4,7 +4,7 @@
 # endpoints of one resource as bulk pods (testkit/cluster, one network namespace); EndpointSlice
 # and status writes per minute while stable, and writes per change and API requests per second
 # under a flap storm. stdout gets the markdown section (bench/run.sh), progress goes to stderr.
-# Results: docs/BENCHMARKS.md.
+# Results: development/BENCHMARKS.md.
 #
 #   bench/writes/run.sh     # 3 rounds of a 60 s stable window and a 30 s storm: about 6 min
 #   WRITES_ROUNDS=1 WRITES_STABLE=20s WRITES_STORM=10s bench/writes/run.sh

@@ -17,7 +17,7 @@
 //	c.WaitProgrammed(t, ns+"/web", 80, p)
 //	res := c.Traffic(t, cluster.TrafficOptions{Service: ns + "/web", Port: 80, Count: 20}).Wait()
 //
-// The design (namespaces, addresses, what is shared) is in docs/TEST-HARNESS.md.
+// The design (namespaces, addresses, what is shared) is in development/TEST-HARNESS.md.
 package cluster
 
 import (

@@ -19,7 +19,7 @@ import (
 // Addresses. Everything comes from 198.18.0.0/15, the range RFC 2544 sets aside for network
 // benchmarks: it is never routed on the Internet nor used by this machine's networks, and
 // here it lives only inside the test's own network namespaces anyway. See
-// docs/TEST-HARNESS.md.
+// development/TEST-HARNESS.md.
 const (
 	// netnsDir is where `ip netns` keeps named namespaces; Isolate mounts a private tmpfs on it.
 	netnsDir = "/run/netns"

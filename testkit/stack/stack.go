@@ -16,7 +16,7 @@
 //		require.NoError(t, s.RestartAgent(t.Context(), "node-a"))
 //	}
 //
-// The API is described in docs/TEST-HARNESS.md ("The product on the harness").
+// The API is described in development/TEST-HARNESS.md ("The product on the harness").
 package stack
 
 import (

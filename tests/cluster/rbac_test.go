@@ -227,7 +227,7 @@ func TestControllerCanDoItsJobAndReadsNoSecrets(t *testing.T) {
 			if err := c.Update(ctx, svc); err != nil {
 				return err
 			}
-			// A deleted resource's child Service is deleted by the controller (docs/CONTROLLER.md).
+			// A deleted resource's child Service is deleted by the controller (development/CONTROLLER.md).
 			return c.Delete(ctx, svc)
 		}},
 		"it lists slices, nodes and pods": {allowed: true, do: func(ctx context.Context, c client.Client) error {

@@ -24,7 +24,7 @@ type command struct {
 	run  func(ctx context.Context, d *demo, arg string) (string, error)
 }
 
-// commands are the control commands (docs/RUN.md).
+// commands are the control commands (development/RUN.md).
 var commands = map[string]command{
 	"stop-smtp": {help: "stop the SMTP server of vm-0 (connections refused): vm-0 leaves smtp, stays in web", run: func(_ context.Context, d *demo, _ string) (string, error) {
 		d.smtp.Stop()

@@ -23,7 +23,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
 )
 
-// The demo's fixed names and ports: they match docs/examples/ (docs/RUN.md).
+// The demo's fixed names and ports: they match docs/examples/ (development/RUN.md).
 const (
 	demoNamespace = "demo"
 	vmPod         = "vm-0"

@@ -8,7 +8,7 @@
 //	swh-run [--exit-after-ready] [--socket PATH] [--plain]   run the demo (root)
 //	swh-run ctl COMMAND [ARG]                                  break things from a second terminal
 //
-// See docs/RUN.md.
+// See development/RUN.md.
 package main
 
 import (

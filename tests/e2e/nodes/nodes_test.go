@@ -3,7 +3,7 @@
 // the cluster harness with a real kube-proxy. A node is deleted under a request loop through
 // the Service's ClusterIP: the controller removes that node's slices and the traffic moves to
 // the pod on the other node. It has its own stack: deleting a node cannot be undone. See
-// docs/E2E.md ("Nodes").
+// development/E2E.md ("Nodes").
 package nodes_test
 
 import (

@@ -12,8 +12,8 @@
 //  2. db-read: balances over both servers; a stopped replica leaves the read path within the
 //     bound, and no request fails once it has left.
 //
-// The bound, the windows and what is measured are described in docs/E2E.md ("PostgreSQL");
-// the median switch time is in docs/BENCHMARKS.md ("End-to-end: PostgreSQL switch").
+// The bound, the windows and what is measured are described in development/E2E.md ("PostgreSQL");
+// the median switch time is in development/BENCHMARKS.md ("End-to-end: PostgreSQL switch").
 package postgres_test
 
 import (

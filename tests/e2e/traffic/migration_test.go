@@ -160,7 +160,7 @@ func TestALiveServiceIsAdoptedWithoutAFailedRequest(t *testing.T) {
 
 // After the migration the Service routes by the probes alone: a pod whose probe fails gets no
 // new connection. This needs the built-in controller's slices gone once the selector is
-// cleared (DESIGN §11, docs/CONTROLLER.md "Adoption").
+// cleared (DESIGN §11, development/CONTROLLER.md "Adoption").
 func TestAnAdoptedServiceRoutesByItsProbesAlone(t *testing.T) {
 	s := testStack(t)
 	c := s.Cluster

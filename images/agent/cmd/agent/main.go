@@ -1,6 +1,6 @@
 // Command agent is the per-node agent of service-with-healthchecks: it probes the pods of its
 // own node that ServiceWithHealthchecks resources select and publishes them, per port, as
-// EndpointSlices. See docs/AGENT.md.
+// EndpointSlices. See development/AGENT.md.
 package main
 
 import (
@@ -147,7 +147,7 @@ func run(args []string) error {
 		LeaseNamespace:         f.leaseNamespace,
 		ProbeConcurrency:       f.probeConcurrency,
 		Logger:                 log,
-		// The node Lease renewal (docs/LIVENESS.md).
+		// The node Lease renewal (development/LIVENESS.md).
 		Runnables: []manager.Runnable{renewer},
 	})
 	if err != nil {

@@ -83,7 +83,7 @@ func (w *eventWatch) about(pod, reason string) []eventWrite {
 	return out
 }
 
-// The agent's readiness-transition Events are rate-limited (docs/AGENT.md): the Events of one
+// The agent's readiness-transition Events are rate-limited (development/AGENT.md): the Events of one
 // resource, pod and reason are aggregated into one Event whose series counts the repeats, so a
 // target flapping every probe period makes at most two writes per reason (the Event, then its
 // series) however often it flaps, while every transition is still published in the slice and

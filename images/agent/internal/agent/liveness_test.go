@@ -36,7 +36,7 @@ import (
 
 // The liveness tests run real agents (in this process, renewing their node Leases) against the
 // real controller program (built from images/controller and started as a process: its
-// packages are internal to another module) with a short grace. See docs/LIVENESS.md.
+// packages are internal to another module) with a short grace. See development/LIVENESS.md.
 
 // livenessGrace is the controller's --agent-lost-grace in these tests.
 const livenessGrace = 4 * time.Second

@@ -422,7 +422,7 @@ func (r *Reconciler) record(swh *v1alpha1.ServiceWithHealthchecks, pods []agents
 	r.mu.Unlock()
 	// The pod is the Event's related object. The recorder aggregates Events with the same
 	// regarding and related object, type, reason and action into one Event with a series
-	// (that is the rate limit, see docs/AGENT.md); without the pod, one pod's transition
+	// (that is the rate limit, see development/AGENT.md); without the pod, one pod's transition
 	// would be counted in another pod's Event and its message never shown.
 	for _, ev := range evs {
 		if ev.ready {

@@ -15,7 +15,7 @@ import (
 )
 
 // The servers below match bench/probes (the kubelet's probers), so bench/probes/run.sh compares
-// both in one run. Results are in docs/BENCHMARKS.md.
+// both in one run. Results are in development/BENCHMARKS.md.
 
 func benchTCPTarget(b *testing.B) int32 {
 	b.Helper()

@@ -44,7 +44,7 @@ var pgTemplate = sync.OnceValues(func() (*pgconn.Config, error) {
 
 // probePostgreSQL connects to addr with the probe's credentials, runs the query in a read-only
 // transaction with a server-side statement timeout, and judges the first value of the first row.
-// The connection is closed afterwards (no reuse, see docs/PROBES.md).
+// The connection is closed afterwards (no reuse, see development/PROBES.md).
 func (p *Prober) probePostgreSQL(ctx context.Context, pg *v1alpha1.PostgreSQLProbe, namespace string, addr netip.AddrPort, timeout time.Duration) (Result, error) {
 	query := pg.Query
 	if strings.TrimSpace(query) == "" {

@@ -128,7 +128,7 @@ func (p *Prober) Probe(ctx context.Context, probe v1alpha1.Probe, namespace, pod
 // probeDialer sets SO_LINGER 0 on the socket before it connects: closing sends RST instead of
 // FIN, so the probing side keeps no TIME-WAIT socket (thousands of probes would exhaust ports).
 // Keep-alive is off: a probe's connection lives for milliseconds, and the four socket options
-// Go sets for it by default were a tenth of the CPU time of a TCP probe (docs/BENCHMARKS.md).
+// Go sets for it by default were a tenth of the CPU time of a TCP probe (development/BENCHMARKS.md).
 var probeDialer = net.Dialer{
 	KeepAlive: -1,
 	Control: func(_, _ string, rc syscall.RawConn) error {

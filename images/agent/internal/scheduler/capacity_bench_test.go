@@ -34,7 +34,7 @@ import (
 // against TCP and HTTP listeners of the bench/capacity server, which runs in its own process so
 // that the CPU time and peak RSS reported here are the prober's alone. Run each case in a
 // process of its own (peak RSS is the process's high-water mark); bench/capacity/run.sh does,
-// and runs the kubelet's probe code the same way for the ratio. Results: docs/BENCHMARKS.md.
+// and runs the kubelet's probe code the same way for the ratio. Results: development/BENCHMARKS.md.
 //
 //	cd images/agent && go test ./internal/scheduler/ -run '^$' -bench 'Capacity/tcp/10000$' -benchtime 1x
 //

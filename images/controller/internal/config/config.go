@@ -35,7 +35,7 @@ type Config struct {
 	// are withdrawn.
 	AgentLostGrace time.Duration
 	// KubeAPIQPS and KubeAPIBurst limit this client's requests to the API server (client-go's
-	// own default, 5/10, made 1,000 resources take minutes: docs/BENCHMARKS.md).
+	// own default, 5/10, made 1,000 resources take minutes: development/BENCHMARKS.md).
 	KubeAPIQPS   float32
 	KubeAPIBurst int
 	// LogLevel is the lowest level logged.

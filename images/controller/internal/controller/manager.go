@@ -139,7 +139,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, *metrics.Metrics, er
 		return nil, nil, err
 	}
 	if agents != nil {
-		// Liveness of the agents (docs/LIVENESS.md): leader-only, withdraws stale nodes'
+		// Liveness of the agents (development/LIVENESS.md): leader-only, withdraws stale nodes'
 		// endpoints and publishes its verdicts for the AgentsStale condition.
 		if _, err := withdraw.Setup(mgr, reg, o.AgentLeaseNamespace, o.AgentLostGrace, agents.board, agents.notify); err != nil {
 			return nil, nil, err
