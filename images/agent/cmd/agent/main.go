@@ -18,9 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/agent"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/lease"
@@ -133,27 +131,19 @@ func run(args []string) error {
 	cfg.QPS, cfg.Burst = float32(f.kubeAPIQPS), f.kubeAPIBurst
 	cfg.UserAgent = "service-with-healthchecks-agent/" + f.nodeName
 
-	leaseClient, err := client.New(cfg, client.Options{})
-	if err != nil {
-		return fmt.Errorf("creating the Lease client: %w", err)
-	}
-	renewer := &lease.Renewer{Client: leaseClient, Namespace: f.leaseNamespace, Node: f.nodeName, Interval: f.leaseRenewInterval, Log: log.WithName("lease")}
-
 	a, err := agent.New(agent.Options{
 		NodeName:               f.nodeName,
 		Config:                 cfg,
 		MetricsBindAddress:     f.metricsBindAddress,
 		HealthProbeBindAddress: f.healthProbeBindAddress,
 		LeaseNamespace:         f.leaseNamespace,
+		LeaseRenewInterval:     f.leaseRenewInterval,
 		ProbeConcurrency:       f.probeConcurrency,
 		Logger:                 log,
-		// The node Lease renewal (development/LIVENESS.md).
-		Runnables: []manager.Runnable{renewer},
 	})
 	if err != nil {
 		return err
 	}
-	renewer.Metrics = a.Metrics
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log.Info("starting", "node", f.nodeName)

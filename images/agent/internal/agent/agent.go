@@ -32,6 +32,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/credentials"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/lease"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/prober"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/publisher"
@@ -59,8 +60,14 @@ type Options struct {
 	MetricsBindAddress string
 	// HealthProbeBindAddress serves /healthz and /readyz ("0" disables it).
 	HealthProbeBindAddress string
-	// LeaseNamespace is where the node's Lease lives (used by the Lease runnable, see Runnables).
+	// LeaseNamespace is where the node's Lease lives (default DefaultLeaseNamespace).
 	LeaseNamespace string
+	// LeaseRenewInterval is how often the agent renews its node Lease (development/LIVENESS.md);
+	// 0 turns the renewal off (tests that do not judge the agents' liveness).
+	LeaseRenewInterval time.Duration
+	// SkipNameValidation lets one process run several agents (tests); controller-runtime
+	// refuses two controllers of one name otherwise.
+	SkipNameValidation bool
 	// ProbeConcurrency bounds how many probes run at once.
 	ProbeConcurrency int
 	// CoalesceWindow coalesces probe result changes, leading-edge: a change of a resource not
@@ -72,8 +79,6 @@ type Options struct {
 	// Registry receives the agent's metrics; nil uses controller-runtime's registry, which the
 	// metrics endpoint serves.
 	Registry prometheus.Registerer
-	// Runnables are added to the manager (the seam for the node Lease renewal).
-	Runnables []manager.Runnable
 	// Logger of the agent.
 	Logger logr.Logger
 }
@@ -130,8 +135,7 @@ func New(opts Options) (*Agent, error) {
 		}},
 		Metrics:                metricsserver.Options{BindAddress: opts.MetricsBindAddress},
 		HealthProbeBindAddress: opts.HealthProbeBindAddress,
-		// Several agents run in one test process; the name check is global.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+		Controller:             config.Controller{SkipNameValidation: ptr.To(opts.SkipNameValidation)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the manager: %w", err)
@@ -189,9 +193,16 @@ func New(opts Options) (*Agent, error) {
 			return nil, fmt.Errorf("adding the credential store: %w", err)
 		}
 	}
-	for _, run := range opts.Runnables {
-		if err := mgr.Add(run); err != nil {
-			return nil, fmt.Errorf("adding a runnable: %w", err)
+	if opts.LeaseRenewInterval > 0 {
+		// The node Lease is written with a client of its own, not through the manager's cache.
+		lc, err := client.New(opts.Config, client.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("creating the Lease client: %w", err)
+		}
+		renewer := &lease.Renewer{Client: lc, Namespace: opts.LeaseNamespace, Node: opts.NodeName,
+			Interval: opts.LeaseRenewInterval, Metrics: m, Log: opts.Logger.WithName("lease")}
+		if err := mgr.Add(renewer); err != nil {
+			return nil, fmt.Errorf("adding the Lease renewal: %w", err)
 		}
 	}
 	if err := r.SetupWithManager(mgr); err != nil {

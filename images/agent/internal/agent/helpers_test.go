@@ -95,6 +95,7 @@ func startAgent(t *testing.T, c *cluster.Cluster, node string, opts ...agentOpt)
 		MetricsBindAddress:     "0",
 		HealthProbeBindAddress: "0",
 		Registry:               prometheus.NewRegistry(),
+		SkipNameValidation:     true,
 	}
 	for _, f := range opts {
 		f(&o)

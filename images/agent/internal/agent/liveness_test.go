@@ -28,7 +28,6 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/agent"
-	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/lease"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
 	"github.com/deckhouse/service-with-healthchecks/testkit/process"
@@ -45,11 +44,9 @@ const livenessGrace = 4 * time.Second
 // every 10 s (the interval is shortened to fit the short grace).
 func withLease(t *testing.T, c *cluster.Cluster, ns, node string) agentOpt {
 	t.Helper()
-	lc, err := client.New(c.Env.Config, client.Options{})
-	require.NoError(t, err)
 	return func(o *agent.Options) {
 		o.LeaseNamespace = ns
-		o.Runnables = append(o.Runnables, &lease.Renewer{Client: lc, Namespace: ns, Node: node, Interval: 500 * time.Millisecond})
+		o.LeaseRenewInterval = 500 * time.Millisecond
 	}
 }
 
