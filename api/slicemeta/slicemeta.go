@@ -117,15 +117,51 @@ func IsManaged(s *discoveryv1.EndpointSlice) bool {
 	return s.Labels[discoveryv1.LabelManagedBy] == ManagedBy
 }
 
+// Kind is the kind of the module's resource, as owner references name it.
+const Kind = "ServiceWithHealthchecks"
+
+// Group is the API group of the module's resource.
+const Group = "network.deckhouse.io"
+
+// IsResourceRef tells whether an owner reference names a ServiceWithHealthchecks (of any
+// version of the group). It is the one test of "our owner reference", for slices and Services.
+func IsResourceRef(ref metav1.OwnerReference) bool {
+	return ref.Kind == Kind && strings.HasPrefix(ref.APIVersion, Group+"/")
+}
+
+// ResourceRef is the first owner reference that names a ServiceWithHealthchecks.
+func ResourceRef(refs []metav1.OwnerReference) (metav1.OwnerReference, bool) {
+	for _, ref := range refs {
+		if IsResourceRef(ref) {
+			return ref, true
+		}
+	}
+	return metav1.OwnerReference{}, false
+}
+
 // OwnerUID is the UID of the ServiceWithHealthchecks that a managed slice names as its owner,
 // or "" when it names none.
 func OwnerUID(s *discoveryv1.EndpointSlice) types.UID {
-	for _, ref := range s.OwnerReferences {
-		if ref.Kind == "ServiceWithHealthchecks" && strings.HasPrefix(ref.APIVersion, "network.deckhouse.io/") {
-			return ref.UID
-		}
+	ref, _ := ResourceRef(s.OwnerReferences)
+	return ref.UID
+}
+
+// ResourceOf is the name of the resource a slice of this module was published for: its resource
+// label, or else the name in its ServiceWithHealthchecks owner reference ("" when neither says).
+func ResourceOf(s *discoveryv1.EndpointSlice) string {
+	if name := s.Labels[LabelResource]; name != "" {
+		return name
 	}
-	return ""
+	ref, _ := ResourceRef(s.OwnerReferences)
+	return ref.Name
+}
+
+// PortOf is the Service port a slice publishes, by name ("" for a single unnamed port), as its
+// port label records it; ok is false when the slice has no port label (it publishes no port of
+// any resource).
+func PortOf(s *discoveryv1.EndpointSlice) (port string, ok bool) {
+	port, ok = s.Labels[LabelPort]
+	return port, ok
 }
 
 // IsOwnedBy tells whether a slice is this module's and belongs to the live resource with the
@@ -160,8 +196,8 @@ func NodeOf(s *discoveryv1.EndpointSlice) string {
 func OwnerReference(name string, uid types.UID) metav1.OwnerReference {
 	yes := true
 	return metav1.OwnerReference{
-		APIVersion:         "network.deckhouse.io/v1alpha1",
-		Kind:               "ServiceWithHealthchecks",
+		APIVersion:         Group + "/v1alpha1",
+		Kind:               Kind,
 		Name:               name,
 		UID:                uid,
 		Controller:         &yes,
