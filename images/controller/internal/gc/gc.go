@@ -78,7 +78,7 @@ func decide(s *discoveryv1.EndpointSlice, swh *v1alpha1.ServiceWithHealthchecks,
 	if !slicemeta.IsOwnedBy(s, swh.UID) {
 		return OwnerMismatch, true
 	}
-	if port, ok := s.Labels[slicemeta.LabelPort]; !ok || !ports.Has(port) {
+	if port, ok := slicemeta.PortOf(s); !ok || !ports.Has(port) {
 		return PortRemoved, true
 	}
 	if node := slicemeta.NodeOf(s); node == "" || !nodes.Has(node) {
