@@ -27,7 +27,6 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/agent"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
-	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/publisher"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/scheduler"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 )
@@ -262,8 +261,13 @@ func TestALongNodeNameGivesValidStableSliceNames(t *testing.T) {
 	node := strings.Repeat("n", 60) + "." + strings.Repeat("o", 60) + "." + strings.Repeat("d", 60) + "." + strings.Repeat("e", 57)
 	require.Len(t, node, 240)
 	labels := map[string]string{"app": "web"}
-	// The pod runs on a node the harness cannot create (its hostname label would be too long):
-	// its object names the node and an address nothing dials (the resources have no probes).
+	// The pod runs on a node the harness does not run (its hostname label would be too long):
+	// the Node object exists without one (the agent publishes only once it has read its Node),
+	// and the pod's object names the node and an address nothing dials (the resources have no
+	// probes).
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	require.NoError(t, c.Env.Client.Create(t.Context(), n))
+	t.Cleanup(func() { _ = c.Env.Client.Delete(context.Background(), n) })
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-0", Labels: labels},
 		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "testkit.invalid/pod", Ports: vmPorts}}},
@@ -423,8 +427,8 @@ func TestANameHeldByAnotherObjectIsNotWritten(t *testing.T) {
 	createResource(t, c, ns, "web-smtp", labels, []v1alpha1.ServicePort{namedPort("node", 80, intstr.FromInt32(8080)), namedPort("other", 81, intstr.FromInt32(8081))})
 	eventuallySlices(t, c, ns, "web-smtp", map[string]map[string]string{"web-smtp-other-node-a": {ip(p): "TTF"}})
 
-	eventuallyEvent(t, c, ns, publisher.ReasonSliceNameTaken, "web: EndpointSlice web-smtp-node-a is held by a slice managed by someone-else")
-	eventuallyEvent(t, c, ns, publisher.ReasonSliceNameTaken, `web-smtp: EndpointSlice web-smtp-node-node-a is held by the slice of resource "web", port "smtp-node"`)
+	eventuallyEvent(t, c, ns, agent.ReasonSliceNameTaken, "web: EndpointSlice web-smtp-node-a is held by a slice managed by someone-else")
+	eventuallyEvent(t, c, ns, agent.ReasonSliceNameTaken, `web-smtp: EndpointSlice web-smtp-node-node-a is held by the slice of resource "web", port "smtp-node"`)
 
 	got := &discoveryv1.EndpointSlice{}
 	require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKeyFromObject(foreign), got))

@@ -1,6 +1,6 @@
-// Package slices computes, as pure functions, the EndpointSlices one agent publishes for one
+// Package sliceplan computes, as pure functions, the EndpointSlices one agent publishes for one
 // resource on its node (DESIGN §4), and the plan that turns the existing slices into them.
-package slices
+package sliceplan
 
 import (
 	"cmp"
@@ -68,7 +68,7 @@ func Compute(in Input) []Desired {
 	carried := map[carryKey]discoveryv1.EndpointConditions{}
 	primaries := map[string]int32{} // "<port>/<family>" -> number of the unsuffixed slice
 	for _, s := range in.Existing {
-		port := s.Labels[slicemeta.LabelPort]
+		port, _ := slicemeta.PortOf(s)
 		for _, e := range s.Endpoints {
 			if e.TargetRef == nil || len(e.Addresses) == 0 {
 				continue
@@ -253,6 +253,9 @@ type Plan struct {
 	Update    []*discoveryv1.EndpointSlice
 	Delete    []*discoveryv1.EndpointSlice
 	Conflicts []Conflict
+	// Keys holds the key of every desired slice by name: the publisher checks against it that a
+	// slice it retries on, or finds in its way, is still this (resource, port, node)'s.
+	Keys map[string]slicemeta.SliceKey
 }
 
 // HasChanges tells whether applying the plan writes anything.
@@ -268,17 +271,18 @@ func (p Plan) HasChanges() bool {
 // held by anything else is a Conflict and is not touched. Own slices of the node that are no
 // longer desired are deleted.
 func Diff(resource string, uid types.UID, node string, desired []Desired, existing map[string]*discoveryv1.EndpointSlice) Plan {
-	var p Plan
+	p := Plan{Keys: make(map[string]slicemeta.SliceKey, len(desired))}
 	want := map[string]bool{}
 	for _, d := range desired {
 		want[d.Slice.Name] = true
+		p.Keys[d.Slice.Name] = d.Key
 		cur, ok := existing[d.Slice.Name]
 		if !ok {
 			p.Create = append(p.Create, d.Slice)
 			continue
 		}
 		if !slicemeta.IsManaged(cur) || !d.Key.Matches(cur) {
-			p.Conflicts = append(p.Conflicts, Conflicts(d.Slice.Name, cur))
+			p.Conflicts = append(p.Conflicts, ConflictOf(d.Slice.Name, cur))
 			continue
 		}
 		if u, changed := Merge(cur, d.Slice); changed {
@@ -292,7 +296,7 @@ func Diff(resource string, uid types.UID, node string, desired []Desired, existi
 	slices.Sort(names)
 	for _, name := range names {
 		cur := existing[name]
-		if want[name] || !slicemeta.IsOwnedBy(cur, uid) || cur.Labels[slicemeta.LabelResource] != resource || slicemeta.NodeOf(cur) != node {
+		if want[name] || !slicemeta.IsOwnedBy(cur, uid) || slicemeta.ResourceOf(cur) != resource || slicemeta.NodeOf(cur) != node {
 			continue
 		}
 		p.Delete = append(p.Delete, cur)
@@ -300,8 +304,9 @@ func Diff(resource string, uid types.UID, node string, desired []Desired, existi
 	return p
 }
 
-// Conflicts describes the slice cur that holds name.
-func Conflicts(name string, cur *discoveryv1.EndpointSlice) Conflict {
+// ConflictOf describes the conflict of a desired name held by cur, a slice this agent may not
+// write.
+func ConflictOf(name string, cur *discoveryv1.EndpointSlice) Conflict {
 	c := Conflict{Name: name}
 	switch {
 	case !slicemeta.IsManaged(cur):
@@ -311,7 +316,8 @@ func Conflicts(name string, cur *discoveryv1.EndpointSlice) Conflict {
 			c.Holder = "a slice not managed by this module"
 		}
 	default:
-		c.Holder = fmt.Sprintf("the slice of resource %q, port %q, node %q", cur.Labels[slicemeta.LabelResource], cur.Labels[slicemeta.LabelPort], slicemeta.NodeOf(cur))
+		port, _ := slicemeta.PortOf(cur)
+		c.Holder = fmt.Sprintf("the slice of resource %q, port %q, node %q", slicemeta.ResourceOf(cur), port, slicemeta.NodeOf(cur))
 	}
 	return c
 }
@@ -361,7 +367,7 @@ func ownerRefs(refs []metav1.OwnerReference, ref metav1.OwnerReference) ([]metav
 	out := []metav1.OwnerReference{ref}
 	found := false
 	for _, r := range refs {
-		if r.Kind == ref.Kind && r.APIVersion == ref.APIVersion {
+		if slicemeta.IsResourceRef(r) {
 			if equality.Semantic.DeepEqual(r, ref) {
 				found = true
 			}
