@@ -128,6 +128,14 @@ func asExisting(ds []sliceplan.Desired) []*discoveryv1.EndpointSlice {
 	return out
 }
 
+// writtenWith gives the slices an earlier decision with the given results wrote.
+func writtenWith(state map[string]map[int]portrule.State) func(*v1alpha1.ServiceWithHealthchecks, []*corev1.Pod) []*discoveryv1.EndpointSlice {
+	return func(swh *v1alpha1.ServiceWithHealthchecks, pods []*corev1.Pod) []*discoveryv1.EndpointSlice {
+		r := results(swh, pods, state)
+		return asExisting(Decide(Observed{Resource: swh, Node: testNode, Pods: pods, Results: r}).Desired)
+	}
+}
+
 func targetsOf(d Decision) []string {
 	var out []string
 	for _, t := range d.Targets {
@@ -202,25 +210,19 @@ func TestDecide(t *testing.T) {
 			slices:  map[string][]string{"vm-web-node-a": {"10.0.0.1=TTF"}, "vm-smtp-node-a": {"10.0.0.1=TTF"}},
 		},
 		"a verdict already in the slices is no transition": {
-			swh:   vm(webProbe, smtpProbe),
-			pods:  []*corev1.Pod{vmPod("vm-1")},
-			state: map[string]map[int]portrule.State{"vm-1": {0: pass, 1: fail}},
-			existing: func(swh *v1alpha1.ServiceWithHealthchecks, pods []*corev1.Pod) []*discoveryv1.EndpointSlice {
-				r := results(swh, pods, map[string]map[int]portrule.State{"vm-1": {0: pass, 1: fail}})
-				return asExisting(Decide(Observed{Resource: swh, Node: testNode, Pods: pods, Results: r}).Desired)
-			},
-			targets: []string{"vm-1/HTTP@10.0.0.1:8080", "vm-1/TCP@10.0.0.1:2525"},
-			slices:  map[string][]string{"vm-web-node-a": {"10.0.0.1=TTF"}, "vm-smtp-node-a": {"10.0.0.1=FFF"}},
+			swh:      vm(webProbe, smtpProbe),
+			pods:     []*corev1.Pod{vmPod("vm-1")},
+			state:    map[string]map[int]portrule.State{"vm-1": {0: pass, 1: fail}},
+			existing: writtenWith(map[string]map[int]portrule.State{"vm-1": {0: pass, 1: fail}}),
+			targets:  []string{"vm-1/HTTP@10.0.0.1:8080", "vm-1/TCP@10.0.0.1:2525"},
+			slices:   map[string][]string{"vm-web-node-a": {"10.0.0.1=TTF"}, "vm-smtp-node-a": {"10.0.0.1=FFF"}},
 		},
 		"a port serving again is a transition, reported once for a dual-stack pod": {
-			swh:   vm(webProbe, smtpProbe),
-			pods:  []*corev1.Pod{vmPod("vm-1", dualStack)},
-			state: map[string]map[int]portrule.State{"vm-1": {0: pass, 1: pass}},
-			existing: func(swh *v1alpha1.ServiceWithHealthchecks, pods []*corev1.Pod) []*discoveryv1.EndpointSlice {
-				r := results(swh, pods, map[string]map[int]portrule.State{"vm-1": {0: pass, 1: fail}})
-				return asExisting(Decide(Observed{Resource: swh, Node: testNode, Pods: pods, Results: r}).Desired)
-			},
-			targets: []string{"vm-1/HTTP@10.0.0.1:8080", "vm-1/TCP@10.0.0.1:2525"},
+			swh:      vm(webProbe, smtpProbe),
+			pods:     []*corev1.Pod{vmPod("vm-1", dualStack)},
+			state:    map[string]map[int]portrule.State{"vm-1": {0: pass, 1: pass}},
+			existing: writtenWith(map[string]map[int]portrule.State{"vm-1": {0: pass, 1: fail}}),
+			targets:  []string{"vm-1/HTTP@10.0.0.1:8080", "vm-1/TCP@10.0.0.1:2525"},
 			slices: map[string][]string{
 				"vm-web-node-a": {"10.0.0.1=TTF"}, "vm-web-node-a-ipv6": {"fd00::1=TTF"},
 				"vm-smtp-node-a": {"10.0.0.1=TTF"}, "vm-smtp-node-a-ipv6": {"fd00::1=TTF"},
@@ -228,14 +230,11 @@ func TestDecide(t *testing.T) {
 			transitions: []string{"pod vm-1, port smtp: probes pass"},
 		},
 		"an undecided endpoint keeps what its slice says": {
-			swh:  vm(webProbe, smtpProbe),
-			pods: []*corev1.Pod{vmPod("vm-1")},
-			existing: func(swh *v1alpha1.ServiceWithHealthchecks, pods []*corev1.Pod) []*discoveryv1.EndpointSlice {
-				r := results(swh, pods, map[string]map[int]portrule.State{"vm-1": {0: pass, 1: fail}})
-				return asExisting(Decide(Observed{Resource: swh, Node: testNode, Pods: pods, Results: r}).Desired)
-			},
-			targets: []string{"vm-1/HTTP@10.0.0.1:8080", "vm-1/TCP@10.0.0.1:2525"},
-			slices:  map[string][]string{"vm-web-node-a": {"10.0.0.1=TTF"}, "vm-smtp-node-a": {"10.0.0.1=FFF"}},
+			swh:      vm(webProbe, smtpProbe),
+			pods:     []*corev1.Pod{vmPod("vm-1")},
+			existing: writtenWith(map[string]map[int]portrule.State{"vm-1": {0: pass, 1: fail}}),
+			targets:  []string{"vm-1/HTTP@10.0.0.1:8080", "vm-1/TCP@10.0.0.1:2525"},
+			slices:   map[string][]string{"vm-web-node-a": {"10.0.0.1=TTF"}, "vm-smtp-node-a": {"10.0.0.1=FFF"}},
 		},
 		"credential Secrets are referenced while the resource has a pod on this node": {
 			swh:     vm(pgProbe),

@@ -130,13 +130,7 @@ func TestARefusedSliceIsNotCountedAsPublished(t *testing.T) {
 	ns := c.Env.CreateNamespaceForTest(t, "refusedcount")
 	labels := map[string]string{"app": "web"}
 	p := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-0", Node: "node-a", Labels: labels, ContainerPorts: vmPorts, ObjectOnly: true})
-	port, portName := int32(1), "smtp"
-	foreign := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: "web-smtp-node-a", Labels: map[string]string{discoveryv1.LabelManagedBy: "someone-else"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: &portName, Port: &port}},
-	}
-	require.NoError(t, c.Env.Client.Create(t.Context(), foreign))
+	createForeignSlice(t, c, ns, "web-smtp-node-a")
 	createResource(t, c, ns, "web", labels, []v1alpha1.ServicePort{namedPort("http", 80, intstr.FromInt32(8080)), namedPort("smtp", 25, intstr.FromInt32(2525))})
 	a := startAgent(t, c, "node-a", withRunner(&switchRunner{fail: map[string]bool{}}))
 	eventuallySlices(t, c, ns, "web", map[string]map[string]string{"web-http-node-a": {ip(p): "TTF"}})
@@ -144,6 +138,19 @@ func TestARefusedSliceIsNotCountedAsPublished(t *testing.T) {
 	require.Eventually(t, func() bool { return testutil.ToFloat64(a.Metrics.Endpoints.WithLabelValues(metrics.StateReady)) == 1 },
 		10*time.Second, 50*time.Millisecond, "one endpoint is published (http); the smtp one is in no slice of ours")
 	assert.Equal(t, 1.0, testutil.ToFloat64(a.Metrics.SliceConflicts), "the refusal was counted")
+}
+
+// createForeignSlice creates an empty slice of another manager ("someone-else") named name.
+func createForeignSlice(t *testing.T, c *cluster.Cluster, ns, name string) *discoveryv1.EndpointSlice {
+	t.Helper()
+	port, portName := int32(1), "smtp"
+	foreign := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{discoveryv1.LabelManagedBy: "someone-else"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &portName, Port: &port}},
+	}
+	require.NoError(t, c.Env.Client.Create(t.Context(), foreign))
+	return foreign
 }
 
 // logLines collects the agent's log messages.

@@ -411,14 +411,7 @@ func TestANameHeldByAnotherObjectIsNotWritten(t *testing.T) {
 	ns := c.Env.CreateNamespaceForTest(t, "taken")
 	labels := map[string]string{"app": "web"}
 	p := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-0", Node: "node-a", Labels: labels, ContainerPorts: vmPorts, ObjectOnly: true})
-	port := int32(1)
-	portName := "smtp"
-	foreign := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: "web-smtp-node-a", Labels: map[string]string{discoveryv1.LabelManagedBy: "someone-else"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: &portName, Port: &port}},
-	}
-	require.NoError(t, c.Env.Client.Create(t.Context(), foreign))
+	foreign := createForeignSlice(t, c, ns, "web-smtp-node-a")
 	// Two live resources whose names collide: "web" + port "smtp-node" would be "web-smtp-node-node-a",
 	// and "web-smtp" + port "node" is the same name.
 	createResource(t, c, ns, "web", labels, []v1alpha1.ServicePort{namedPort("http", 80, intstr.FromInt32(8080)), namedPort("smtp", 25, intstr.FromInt32(2525)), namedPort("smtp-node", 26, intstr.FromInt32(2526))})
