@@ -137,7 +137,7 @@ func TestARefusedSliceIsNotCountedAsPublished(t *testing.T) {
 	eventuallyEvent(t, c, ns, agent.ReasonSliceNameTaken, "web: EndpointSlice web-smtp-node-a is held by a slice managed by someone-else")
 	require.Eventually(t, func() bool { return testutil.ToFloat64(a.Metrics.Endpoints.WithLabelValues(metrics.StateReady)) == 1 },
 		10*time.Second, 50*time.Millisecond, "one endpoint is published (http); the smtp one is in no slice of ours")
-	assert.Equal(t, 1.0, testutil.ToFloat64(a.Metrics.SliceConflicts), "the refusal was counted")
+	assert.GreaterOrEqual(t, testutil.ToFloat64(a.Metrics.SliceConflicts), 1.0, "the refusal was counted (once per reconcile that met it)")
 }
 
 // createForeignSlice creates an empty slice of another manager ("someone-else") named name.
