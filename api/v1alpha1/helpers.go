@@ -45,3 +45,13 @@ func (p Probe) TargetPort() intstr.IntOrString {
 	}
 	return intstr.IntOrString{}
 }
+
+// ServiceOwned tells whether the controller last saw the child Service as this resource's own:
+// created by it, or adopted (its controller owner reference carries this resource's UID, which
+// an adoption sets on its first step, before the selector is cleared). The controller sets
+// status.clusterIP exactly then and clears it while the Service is absent, foreign or left by a
+// deleted resource of the same name; every controller version has written it so, which makes it
+// the ownership signal the agents gate publishing on (DESIGN §8). A headless Service's is "None".
+func (s ServiceWithHealthchecksStatus) ServiceOwned() bool {
+	return s.ClusterIP != ""
+}

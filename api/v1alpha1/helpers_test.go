@@ -37,3 +37,9 @@ func TestProbeTargetPort(t *testing.T) {
 	assert.Equal(t, intstr.FromInt32(5432), Probe{PostgreSQL: &PostgreSQLProbe{TargetPort: intstr.FromInt32(5432)}}.TargetPort())
 	assert.Equal(t, intstr.IntOrString{}, Probe{}.TargetPort(), "a probe without a block has no target")
 }
+
+func TestServiceOwnedFollowsTheClusterIPTheControllerWrites(t *testing.T) {
+	assert.False(t, ServiceWithHealthchecksStatus{}.ServiceOwned(), "no status yet: the Service does not exist or is foreign")
+	assert.True(t, ServiceWithHealthchecksStatus{ClusterIP: "10.0.0.1"}.ServiceOwned())
+	assert.True(t, ServiceWithHealthchecksStatus{ClusterIP: "None"}.ServiceOwned(), "a headless Service of ours")
+}

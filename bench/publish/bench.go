@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 )
@@ -204,6 +205,19 @@ func (b *bench) measure(ctx context.Context, n int) (res sizeResult, err error) 
 	}
 	if err := b.c.Env.Client.Create(ctx, swh); err != nil {
 		return res, fmt.Errorf("creating the ServiceWithHealthchecks: %w", err)
+	}
+	// No controller runs here: stand in for it, as the agent publishes only for a resource
+	// whose status says its child Service is its own.
+	child := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: swh.Name, OwnerReferences: []metav1.OwnerReference{slicemeta.OwnerReference(swh.Name, swh.UID)}},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(targetPort)}}},
+	}
+	if err := b.c.Env.Client.Create(ctx, child); err != nil {
+		return res, fmt.Errorf("creating the child Service: %w", err)
+	}
+	swh.Status.ClusterIP = child.Spec.ClusterIP
+	if err := b.c.Env.Client.Status().Update(ctx, swh); err != nil {
+		return res, fmt.Errorf("writing the resource's status: %w", err)
 	}
 
 	// The built-in side: n Pod objects (no network: nothing dials them) selected by a Service.

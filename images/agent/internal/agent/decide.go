@@ -63,7 +63,8 @@ type Transition struct {
 // per pod (portrule.Bind) gives both the probe targets and, with the current results, the
 // per-port verdicts; the verdicts give the desired slices, their diff against the existing ones
 // gives the plan, and the verdicts that differ from what the existing slices carry are the
-// transitions to report.
+// transitions to report. While the child Service is not the resource's own (the controller's
+// status says so: Status.ServiceOwned), nothing is published.
 func Decide(o Observed) Decision {
 	swh := o.Resource
 	res := types.NamespacedName{Namespace: swh.Namespace, Name: swh.Name}
@@ -135,6 +136,13 @@ func Decide(o Observed) Decision {
 		if slicemeta.IsManaged(s) && slicemeta.ResourceOf(s) == swh.Name && slicemeta.NodeOf(s) == o.Node {
 			own = append(own, s)
 		}
+	}
+	if !swh.Status.ServiceOwned() {
+		// The Service of that name is not this resource's (foreign, left by a deleted resource,
+		// or not created yet): a slice labelled with its name would add pods to it (DESIGN §8).
+		// Nothing is published and what was published goes; the probes keep running, so the
+		// endpoints are decided when the Service becomes this resource's.
+		pods = nil
 	}
 	d.Desired = sliceplan.Compute(sliceplan.Input{Resource: swh, Node: o.Node, Zone: o.Zone, Pods: pods, Existing: own})
 	d.Plan = sliceplan.Diff(swh.Name, swh.UID, o.Node, d.Desired, existing)

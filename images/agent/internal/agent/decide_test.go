@@ -48,6 +48,13 @@ func vm(probes ...v1alpha1.Probe) *v1alpha1.ServiceWithHealthchecks {
 	if len(probes) > 0 {
 		swh.Spec.Healthcheck = &v1alpha1.Healthcheck{PeriodSeconds: 10, Probes: probes}
 	}
+	// The controller has created the child Service (ServiceOwned).
+	swh.Status.ClusterIP = "10.96.0.10"
+	return swh
+}
+
+func foreignService(swh *v1alpha1.ServiceWithHealthchecks) *v1alpha1.ServiceWithHealthchecks {
+	swh.Status.ClusterIP = ""
 	return swh
 }
 
@@ -246,6 +253,12 @@ func TestDecide(t *testing.T) {
 		"no pod on this node: no targets, no Secret watches, no slices": {
 			swh: vm(pgProbe),
 		},
+		"a resource whose Service is not its own publishes nothing but keeps probing": {
+			swh:     foreignService(vm(webProbe, smtpProbe)),
+			pods:    []*corev1.Pod{vmPod("vm-1")},
+			state:   map[string]map[int]portrule.State{"vm-1": {0: pass, 1: pass}},
+			targets: []string{"vm-1/HTTP@10.0.0.1:8080", "vm-1/TCP@10.0.0.1:2525"},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -303,6 +316,23 @@ func TestDecideTurnsAChangedProbeIntoANewTarget(t *testing.T) {
 	require.Len(t, before.Targets, 1)
 	require.Len(t, after.Targets, 1)
 	assert.NotEqual(t, before.Targets[0].Key, after.Targets[0].Key, "fresh thresholds for a changed probe")
+}
+
+func TestDecideRemovesWhatWasPublishedOnceTheServiceIsNotTheResources(t *testing.T) {
+	swh := vm(webProbe, smtpProbe)
+	pods := []*corev1.Pod{vmPod("vm-1")}
+	r := results(swh, pods, map[string]map[int]portrule.State{"vm-1": {0: portrule.Pass, 1: portrule.Pass}})
+	published := Decide(Observed{Resource: swh, Node: testNode, Pods: pods, Results: r})
+	require.Len(t, published.Plan.Create, 2)
+	foreign := Decide(Observed{Resource: foreignService(swh.DeepCopy()), Node: testNode, Pods: pods, Results: r, Slices: asExisting(published.Desired)})
+	var deleted []string
+	for _, s := range foreign.Plan.Delete {
+		deleted = append(deleted, s.Name)
+	}
+	sort.Strings(deleted)
+	assert.Equal(t, []string{"vm-smtp-node-a", "vm-web-node-a"}, deleted, "both slices go")
+	assert.Empty(t, foreign.Plan.Create)
+	assert.Empty(t, foreign.Plan.Update)
 }
 
 func TestDecideRefusesANameHeldByAnotherResource(t *testing.T) {

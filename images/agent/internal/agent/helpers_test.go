@@ -144,7 +144,8 @@ func tcpProbe(port intstr.IntOrString, success, failure int32) v1alpha1.Probe {
 }
 
 // createResource creates a ServiceWithHealthchecks (probes every second, from pod start) and,
-// standing in for the controller, its child Service with an empty selector.
+// standing in for the controller, its child Service with an empty selector and the status that
+// says the Service is the resource's own.
 func createResource(t *testing.T, c *cluster.Cluster, ns, name string, selector map[string]string, ports []v1alpha1.ServicePort, probes ...v1alpha1.Probe) *v1alpha1.ServiceWithHealthchecks {
 	t.Helper()
 	swh := &v1alpha1.ServiceWithHealthchecks{
@@ -163,6 +164,10 @@ func createResource(t *testing.T, c *cluster.Cluster, ns, name string, selector 
 		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: p.Name, Port: p.Port, Protocol: p.Protocol, TargetPort: p.TargetPort})
 	}
 	require.NoError(t, c.Env.Client.Create(t.Context(), svc))
+	// The controller reports the Service as the resource's own (status.clusterIP): the agents
+	// publish only then.
+	swh.Status.ClusterIP = svc.Spec.ClusterIP
+	require.NoError(t, c.Env.Client.Status().Update(t.Context(), swh))
 	return swh
 }
 

@@ -38,7 +38,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Failed writes (an API outage) are retried at most 30 s apart, so the agent publishes
 		// soon after the API server is back, not after controller-runtime's 16-minute maximum.
 		WithOptions(controller.Options{RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](100*time.Millisecond, MaxRetryDelay)}).
-		For(&v1alpha1.ServiceWithHealthchecks{}).
+		// A status write of the controller (the per-port counts change with every flip)
+		// reconciles nothing on the agents, except when it changes the ownership signal.
+		For(&v1alpha1.ServiceWithHealthchecks{}, builder.WithPredicates(resourceChanged)).
 		// The map function runs for the old and the new pod of an update, so a pod whose labels
 		// stop matching is withdrawn by the resource it left.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.resourcesOfPod)).
@@ -65,6 +67,22 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("creating the agent controller: %w", err)
 	}
 	return nil
+}
+
+// resourceChanged lets through the resource events an agent acts on: creation, deletion, and
+// updates of the spec (generation), of the deletion timestamp or of the ownership signal
+// (Status.ServiceOwned); the controller's other status writes are ignored.
+var resourceChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		old, okOld := e.ObjectOld.(*v1alpha1.ServiceWithHealthchecks)
+		cur, okNew := e.ObjectNew.(*v1alpha1.ServiceWithHealthchecks)
+		if !okOld || !okNew {
+			return true
+		}
+		return old.Generation != cur.Generation ||
+			(old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil) ||
+			old.Status.ServiceOwned() != cur.Status.ServiceOwned()
+	},
 }
 
 // resultChanged is the scheduler's OnChange: it enqueues the resource with leading-edge
