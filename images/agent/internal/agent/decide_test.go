@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -352,4 +353,24 @@ func TestDecideRefusesANameHeldByAnotherResource(t *testing.T) {
 	require.Len(t, d.Plan.Create, 1)
 	assert.Equal(t, "vm-smtp-node-a", d.Plan.Create[0].Name)
 	assert.Empty(t, d.Plan.Delete, "another resource's slice is never deleted")
+}
+
+func TestEventNotesFitTheEventsAPI(t *testing.T) {
+	cases := map[string]struct {
+		reason string
+		want   int
+	}{
+		"a short reason is kept whole":                 {reason: "connection refused", want: len("pod vm-1, port smtp: connection refused")},
+		"a long reason is cut to the limit":            {reason: strings.Repeat("x", 5000), want: MaxNoteBytes},
+		"a long reason of multi-byte runes stays text": {reason: strings.Repeat("€", 3000), want: MaxNoteBytes},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			n := noteOf(Transition{Pod: corev1.ObjectReference{Name: "vm-1"}, Port: "smtp", Reason: tc.reason})
+			assert.LessOrEqual(t, len(n), MaxNoteBytes)
+			assert.GreaterOrEqual(t, len(n), tc.want-3, "cut no more than a rune's worth below the limit")
+			assert.True(t, utf8.ValidString(n), "the cut falls on a rune boundary")
+			assert.True(t, strings.HasPrefix(n, "pod vm-1, port smtp: "))
+		})
+	}
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -37,8 +38,8 @@ func (r *Reconciler) record(o Observed, d Decision, written publisher.Result) {
 	}
 	for _, c := range written.Conflicts {
 		r.Metrics.SliceConflicts.Inc()
-		r.Recorder.Eventf(swh, nil, corev1.EventTypeWarning, ReasonSliceNameTaken, "Publish",
-			"EndpointSlice %s is held by %s; this agent does not write it", c.Name, c.Holder)
+		r.Recorder.Eventf(swh, nil, corev1.EventTypeWarning, ReasonSliceNameTaken, "Publish", "%s",
+			capNote(fmt.Sprintf("EndpointSlice %s is held by %s; this agent does not write it", c.Name, c.Holder)))
 	}
 
 	counts := publishedCounts(o, d, written)
@@ -124,10 +125,28 @@ func (r *Reconciler) publishGaugesLocked() {
 	}
 }
 
-// noteOf is the note of a transition's Event: "pod db-1, port postgres: query returned false".
+// MaxNoteBytes is the longest Event note the events API accepts (1 KiB); longer notes are cut
+// to it, or the API server would refuse the Event and the transition would go unreported.
+const MaxNoteBytes = 1024
+
+// noteOf is the note of a transition's Event: "pod db-1, port postgres: query returned false",
+// at most MaxNoteBytes long.
 func noteOf(t Transition) string {
 	if t.Serving {
-		return fmt.Sprintf("pod %s, port %s: probes pass", t.Pod.Name, t.Port)
+		return capNote(fmt.Sprintf("pod %s, port %s: probes pass", t.Pod.Name, t.Port))
 	}
-	return fmt.Sprintf("pod %s, port %s: %s", t.Pod.Name, t.Port, t.Reason)
+	return capNote(fmt.Sprintf("pod %s, port %s: %s", t.Pod.Name, t.Port, t.Reason))
+}
+
+// capNote cuts a note to MaxNoteBytes at a rune boundary, ending it with "…" when cut.
+func capNote(s string) string {
+	if len(s) <= MaxNoteBytes {
+		return s
+	}
+	const ellipsis = "…"
+	cut := MaxNoteBytes - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + ellipsis
 }

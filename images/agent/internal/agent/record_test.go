@@ -26,6 +26,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/agent"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/scheduler"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 )
 
@@ -233,4 +234,31 @@ func TestTheZoneIsRightFromTheFirstWriteAndFollowsTheNode(t *testing.T) {
 		require.NoError(ct, err)
 		assert.Equal(ct, map[string]string{"198.18.250.9": "zone-2"}, got["web-http-"+node].Zones)
 	}, time.Minute, 50*time.Millisecond, "the new zone reaches the slice")
+}
+
+// reasonRunner fails every probe with the given reason (nothing is dialled).
+type reasonRunner string
+
+func (r reasonRunner) Run(context.Context, scheduler.Target) scheduler.Outcome {
+	return scheduler.Outcome{Reason: string(r)}
+}
+
+// A probe reason longer than the events API accepts still makes an Event, its note cut to the
+// limit. Before the fix the API server refused the Event and the transition went unreported.
+func TestALongProbeReasonIsReportedWithItsNoteCut(t *testing.T) {
+	c := testCluster(t)
+	ns := c.Env.CreateNamespaceForTest(t, "longnote")
+	labels := map[string]string{"app": "web"}
+	p := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-0", Node: "node-a", Labels: labels, ContainerPorts: vmPorts, ObjectOnly: true})
+	createResource(t, c, ns, "web", labels, []v1alpha1.ServicePort{namedPort("http", 80, intstr.FromInt32(8080))}, httpProbe(intstr.FromInt32(8080), 1, 1))
+	events := watchEvents(t, c, ns)
+	startAgent(t, c, "node-a", withRunner(reasonRunner(strings.Repeat("x", 3000))))
+	eventuallySlices(t, c, ns, "web", map[string]map[string]string{"web-http-node-a": {ip(p): "FFF"}})
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		w := events.about(p.Name, agent.ReasonPortNotReady)
+		if assert.NotEmpty(ct, w, "the transition is reported") {
+			assert.LessOrEqual(ct, len(w[0].note), agent.MaxNoteBytes)
+			assert.True(ct, strings.HasPrefix(w[0].note, "pod web-0, port http: probe 0 (HTTP): xxxx"), w[0].note)
+		}
+	}, time.Minute, 100*time.Millisecond)
 }
