@@ -107,6 +107,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 
 	d := Decide(o)
+	if !o.Resource.Status.ServiceOwned() {
+		log.V(1).Info("withholding: the child Service is not this resource's own (yet)")
+	}
 
 	r.Scheduler.Set(req.NamespacedName, d.Targets)
 	r.setSecretRefs(req.NamespacedName, d.SecretRefs)

@@ -165,14 +165,19 @@ func (l *logLines) logger() logr.Logger {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		l.lines = append(l.lines, prefix+" "+args)
-	}, funcr.Options{})
+	}, funcr.Options{Verbosity: 1})
 }
 
-func (l *logLines) contains(s string) bool {
+// contains tells whether one line holds every part.
+func (l *logLines) contains(parts ...string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, line := range l.lines {
-		if strings.Contains(line, s) {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
 			return true
 		}
 	}
