@@ -52,7 +52,8 @@ type Decision struct {
 type Transition struct {
 	// Pod is the pod (its reference, the Event's related object).
 	Pod corev1.ObjectReference
-	// Port names the port (its name, or its number when unnamed).
+	// Port names the port (its name, or its number when unnamed); "" for a resource without
+	// ports.
 	Port string
 	// Serving is the new verdict; Reason says why it is not serving.
 	Serving bool
@@ -118,11 +119,16 @@ func Decide(o Observed) Decision {
 			if !e.Published || !e.Decided || len(e.Probes) == 0 {
 				continue
 			}
-			port := swh.Spec.Ports[e.PortIndex]
-			verdicts[servingKey{port: port.Name, pod: pod.UID}] = Transition{
-				Pod:  corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
-				Port: port.DisplayName(), Serving: e.Serving, Reason: e.Reason,
+			t := Transition{
+				Pod:     corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+				Serving: e.Serving, Reason: e.Reason,
 			}
+			var portName string
+			if e.PortIndex != portrule.NoPort {
+				port := swh.Spec.Ports[e.PortIndex]
+				portName, t.Port = port.Name, port.DisplayName()
+			}
+			verdicts[servingKey{port: portName, pod: pod.UID}] = t
 		}
 	}
 	if len(o.Pods) > 0 {

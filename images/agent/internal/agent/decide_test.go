@@ -254,6 +254,18 @@ func TestDecide(t *testing.T) {
 		"no pod on this node: no targets, no Secret watches, no slices": {
 			swh: vm(pgProbe),
 		},
+		"a headless resource without ports publishes port-less slices, every probe checking the pod": {
+			swh: func() *v1alpha1.ServiceWithHealthchecks {
+				swh := vm(webProbe, smtpProbe)
+				swh.Spec.Ports, swh.Spec.ClusterIP = nil, corev1.ClusterIPNone
+				return swh
+			}(),
+			pods:        []*corev1.Pod{vmPod("vm-1"), vmPod("vm-2")},
+			state:       map[string]map[int]portrule.State{"vm-1": {0: pass, 1: pass}, "vm-2": {0: pass, 1: fail}},
+			targets:     []string{"vm-1/HTTP@10.0.0.1:8080", "vm-1/TCP@10.0.0.1:2525", "vm-2/HTTP@10.0.0.2:8080", "vm-2/TCP@10.0.0.2:2525"},
+			slices:      map[string][]string{"vm-node-a": {"10.0.0.1=TTF", "10.0.0.2=FFF"}},
+			transitions: []string{"pod vm-2: probe 1 (TCP): connection refused"},
+		},
 		"a resource whose Service is not its own publishes nothing but keeps probing": {
 			swh:     foreignService(vm(webProbe, smtpProbe)),
 			pods:    []*corev1.Pod{vmPod("vm-1")},

@@ -129,13 +129,17 @@ func (r *Reconciler) publishGaugesLocked() {
 // to it, or the API server would refuse the Event and the transition would go unreported.
 const MaxNoteBytes = 1024
 
-// noteOf is the note of a transition's Event: "pod db-1, port postgres: query returned false",
-// at most MaxNoteBytes long.
+// noteOf is the note of a transition's Event: "pod db-1, port postgres: query returned false"
+// ("pod db-1: ..." for a resource without ports), at most MaxNoteBytes long.
 func noteOf(t Transition) string {
-	if t.Serving {
-		return capNote(fmt.Sprintf("pod %s, port %s: probes pass", t.Pod.Name, t.Port))
+	where := "pod " + t.Pod.Name
+	if t.Port != "" {
+		where += ", port " + t.Port
 	}
-	return capNote(fmt.Sprintf("pod %s, port %s: %s", t.Pod.Name, t.Port, t.Reason))
+	if t.Serving {
+		return capNote(where + ": probes pass")
+	}
+	return capNote(where + ": " + t.Reason)
 }
 
 // capNote cuts a note to MaxNoteBytes at a rune boundary, ending it with "…" when cut.

@@ -49,7 +49,8 @@ type Results map[int]ProbeResult
 
 // Endpoint is the pod on one Service port.
 type Endpoint struct {
-	// PortIndex is the index of the Service port in spec.ports.
+	// PortIndex is the index of the Service port in spec.ports, or NoPort for the one endpoint
+	// of a pod of a resource without ports (a headless resource may have none).
 	PortIndex int
 	// Published is false when the pod is not published on this port at all (no IP, not
 	// running, terminal, or the pod lacks the named target port).
@@ -68,6 +69,11 @@ type Endpoint struct {
 	// Probes are the indexes of the probes that check this port (own and whole-pod).
 	Probes []int
 }
+
+// NoPort is the PortIndex of the endpoint of a resource without ports: the pod itself, checked
+// by every probe (all are whole-pod), published in port-less slices as the built-in controller
+// publishes a headless Service without ports.
+const NoPort = -1
 
 // Conditions returns (ready, serving, terminating) for a serving verdict, the same way
 // Evaluate derives them, so a verdict carried over from an earlier agent is turned into
@@ -252,10 +258,17 @@ func (b Binding) Evaluate(spec *v1alpha1.ServiceWithHealthchecksSpec, results Re
 	if spec.Healthcheck != nil {
 		probes = spec.Healthcheck.Probes
 	}
-	out := make([]Endpoint, len(spec.Ports))
-	for i, pb := range b.Ports {
+	ports := b.Ports
+	index := func(i int) int { return i }
+	if len(spec.Ports) == 0 {
+		// No ports: the pod as a whole, which only the whole-pod probes (all of them) check.
+		ports = []PortBinding{{Resolved: true}}
+		index = func(int) int { return NoPort }
+	}
+	out := make([]Endpoint, len(ports))
+	for i, pb := range ports {
 		e := &out[i]
-		e.PortIndex = i
+		e.PortIndex = index(i)
 		e.PublishNotReady = spec.PublishNotReadyAddresses
 		e.TargetPort = pb.TargetPort
 		e.Published = pb.Resolved && b.Publishable

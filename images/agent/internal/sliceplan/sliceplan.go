@@ -89,7 +89,7 @@ func Compute(in Input) []Desired {
 			if !ep.Published || ep.PortIndex >= len(in.Resource.Spec.Ports) {
 				continue
 			}
-			portName := in.Resource.Spec.Ports[ep.PortIndex].Name
+			portName := portOf(in.Resource, ep.PortIndex).Name
 			for _, ip := range podIPs(p.Pod) {
 				family := addressType(ip)
 				if family == "" {
@@ -135,7 +135,7 @@ func Compute(in Input) []Desired {
 		counts[k][gk.number] = n
 	}
 	for k, byNumber := range counts {
-		if n, ok := primaries[in.Resource.Spec.Ports[k.port].Name+"/"+string(k.family)]; ok && byNumber[n] > 0 {
+		if n, ok := primaries[portOf(in.Resource, k.port).Name+"/"+string(k.family)]; ok && byNumber[n] > 0 {
 			primary[k] = n
 			continue
 		}
@@ -150,7 +150,7 @@ func Compute(in Input) []Desired {
 
 	out := make([]Desired, 0, len(groups))
 	for gk, eps := range groups {
-		sp := in.Resource.Spec.Ports[gk.port]
+		sp := portOf(in.Resource, gk.port)
 		key := slicemeta.SliceKey{Resource: in.Resource.Name, Port: sp.Name, Node: in.Node, AddressType: gk.family}
 		if gk.family == discoveryv1.AddressTypeIPv4 {
 			key.AddressType = ""
@@ -166,11 +166,7 @@ func Compute(in Input) []Desired {
 }
 
 func newSlice(in Input, key slicemeta.SliceKey, family discoveryv1.AddressType, sp v1alpha1.ServicePort, number int32, eps []discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
-	name, proto, port := sp.Name, sp.Protocol, number
-	if proto == "" {
-		proto = corev1.ProtocolTCP
-	}
-	return &discoveryv1.EndpointSlice{
+	s := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            key.Name(),
 			Namespace:       in.Resource.Namespace,
@@ -180,13 +176,26 @@ func newSlice(in Input, key slicemeta.SliceKey, family discoveryv1.AddressType, 
 		},
 		AddressType: family,
 		Endpoints:   eps,
-		Ports: []discoveryv1.EndpointPort{{
-			Name:        &name,
-			Protocol:    &proto,
-			Port:        &port,
-			AppProtocol: sp.AppProtocol,
-		}},
 	}
+	if sp.Port == 0 {
+		// A resource without ports: the slice lists addresses only, as the built-in
+		// controller's slices of a headless Service without ports do.
+		return s
+	}
+	name, proto, port := sp.Name, sp.Protocol, number
+	if proto == "" {
+		proto = corev1.ProtocolTCP
+	}
+	s.Ports = []discoveryv1.EndpointPort{{Name: &name, Protocol: &proto, Port: &port, AppProtocol: sp.AppProtocol}}
+	return s
+}
+
+// portOf is the Service port of an endpoint's PortIndex; the zero port for portrule.NoPort.
+func portOf(swh *v1alpha1.ServiceWithHealthchecks, index int) v1alpha1.ServicePort {
+	if index == portrule.NoPort {
+		return v1alpha1.ServicePort{}
+	}
+	return swh.Spec.Ports[index]
 }
 
 func endpoint(in Input, pod *corev1.Pod, ip string, ready, serving, terminating bool) discoveryv1.Endpoint {

@@ -57,6 +57,10 @@ func Decide(in Input) []Garbage {
 		for i := range in.Resource.Spec.Ports {
 			ports.Insert(in.Resource.Spec.Ports[i].Name)
 		}
+		if len(in.Resource.Spec.Ports) == 0 {
+			// A resource without ports (headless) publishes port-less slices, port label "".
+			ports.Insert("")
+		}
 	}
 	var out []Garbage
 	for i := range in.Slices {

@@ -24,7 +24,8 @@ const (
 	ReasonEndpointsAvailable = "EndpointsAvailable"
 	// ReasonNoReadyEndpoints: some port has no ready endpoint.
 	ReasonNoReadyEndpoints = "NoReadyEndpoints"
-	// ReasonNoPorts: the resource exposes no port, so no endpoint can be available.
+	// ReasonNoPorts: the resource exposes no port and is not headless (admission refuses that
+	// shape), so no endpoint can be available.
 	ReasonNoPorts = "NoPorts"
 	// ReasonReady: the Service is synced and every port has a ready endpoint.
 	ReasonReady = "Ready"
@@ -101,6 +102,18 @@ func Compute(o Observed) v1alpha1.ServiceWithHealthchecksStatus {
 	}
 	st.ReadySummary = Summary(st.Ports)
 	available := endpointsAvailable(st.Ports)
+	if len(o.Resource.Spec.Ports) == 0 && o.Resource.Spec.ClusterIP == corev1.ClusterIPNone {
+		// A headless resource without ports publishes port-less slices: its endpoints are
+		// counted as one pseudo-port without a name or number.
+		pseudo := Ports(&v1alpha1.ServiceWithHealthchecks{Spec: v1alpha1.ServiceWithHealthchecksSpec{Ports: []v1alpha1.ServicePort{{}}}}, o.Slices)
+		st.ReadySummary = Summary(pseudo)
+		available = endpointsAvailable(pseudo)
+		if available.Status == metav1.ConditionTrue {
+			available.Message = "a ready endpoint is published (the resource has no ports)"
+		} else {
+			available.Message = "no ready endpoint is published (the resource has no ports)"
+		}
+	}
 	ready := metav1.Condition{Status: metav1.ConditionTrue, Reason: ReasonReady, Message: "the Service is synced and every port has a ready endpoint"}
 	switch {
 	case synced.Status != metav1.ConditionTrue:
