@@ -135,7 +135,7 @@ func TestGarbageSlicesOfDeletedNodesAndResourcesAreCollected(t *testing.T) {
 	require.NotEqual(t, old.UID, recreated.UID)
 	// The Service "web" is still the deleted incarnation's: until the controller replaces it
 	// and says so in the status, node-a's agent publishes nothing for the new one (DESIGN §8).
-	require.Eventually(t, func() bool { return logsA.contains("withholding", `"namespace":"`+ns+`"`) },
+	require.Eventually(t, func() bool { return logsA.contains("withholding", `"namespace"="`+ns+`"`) },
 		time.Minute, 50*time.Millisecond, "node-a's agent reconciled the new incarnation")
 	eventuallyOwners(t, c, ns, "web", all(old.UID), "nobody takes the slices over while the Service is the deleted incarnation's")
 

@@ -229,6 +229,7 @@ func TestTheZoneIsRightFromTheFirstWriteAndFollowsTheNode(t *testing.T) {
 	t.Cleanup(func() { _ = c.Env.Client.Delete(context.Background(), n) })
 	got := eventuallySlices(t, c, ns, "web", map[string]map[string]string{"web-http-" + node: {"198.18.250.9": "TTF"}})
 	assert.Equal(t, map[string]string{"198.18.250.9": "zone-1"}, got["web-http-"+node].Zones)
+	require.Eventually(t, func() bool { return len(writes.Events()) > 0 }, time.Minute, 50*time.Millisecond, "the watch saw the write")
 	assert.Equal(t, []string{"ADDED web-http-" + node}, writes.Events(), "one write, with the zone")
 	require.Eventually(t, func() bool { return readyz() == http.StatusOK }, time.Minute, 50*time.Millisecond, "ready once the Node is read")
 
