@@ -12,7 +12,7 @@ func TestEffectiveTargetPort(t *testing.T) {
 		port ServicePort
 		want intstr.IntOrString
 	}{
-		"an omitted target port is the port":         {ServicePort{Port: 80}, intstr.FromInt32(80)},
+		"an omitted target port is the port":          {ServicePort{Port: 80}, intstr.FromInt32(80)},
 		"a zero number is what Go clients send unset": {ServicePort{Port: 80, TargetPort: intstr.FromInt32(0)}, intstr.FromInt32(80)},
 		"an empty name counts as omitted":             {ServicePort{Port: 80, TargetPort: intstr.FromString("")}, intstr.FromInt32(80)},
 		"a number is itself":                          {ServicePort{Port: 80, TargetPort: intstr.FromInt32(8080)}, intstr.FromInt32(8080)},
