@@ -71,16 +71,13 @@ func RunIsolated(m *testing.M, after ...func() error) {
 }
 
 // Isolate re-executes the test binary under its own network, mount and PID namespaces and
-// returns only inside them; the outer process exits with the tests' status. Call it first in a
-// TestMain that needs more than RunIsolated (e.g. one cluster shared by the package):
+// returns only inside them; the outer process exits with the tests' status. RunIsolated, Main
+// and stack.Main call it first; a TestMain of its own or a program calls it itself:
 //
-//	func TestMain(m *testing.M) {
+//	func main() {
 //		cluster.Isolate()
-//		c, err := cluster.New(cluster.Options{KubeProxy: true}) // skip or fail when err != nil
+//		c, err := cluster.New(cluster.Options{KubeProxy: true})
 //		...
-//		code := m.Run()
-//		c.Stop()
-//		os.Exit(code)
 //	}
 //
 // The test process, the API server, etcd, kube-proxy and anything started in-process share one

@@ -16,6 +16,9 @@
 //		require.NoError(t, s.RestartAgent(t.Context(), "node-a"))
 //	}
 //
+// A package whose tests share one stack has stack.Main as its TestMain and calls shared.Get(t)
+// in each test (see Shared).
+//
 // The API is described in development/TEST-HARNESS.md ("The product on the harness").
 package stack
 
