@@ -125,6 +125,10 @@ func Compute(o Observed) v1alpha1.ServiceWithHealthchecksStatus {
 		withType(available, v1alpha1.ConditionEndpointsAvailable),
 		withType(ready, v1alpha1.ConditionReady),
 		withType(nameConflict(o.Resource, o.Neighbours), v1alpha1.ConditionSliceNameConflict),
+		// Not part of Ready either: what such values break shows in the other conditions (an
+		// appProtocol the Service API refuses makes ServiceSynced Invalid, a path the probe cannot
+		// send leaves its ports without ready endpoints); this one says why.
+		withType(specOutOfBounds(&o.Resource.Spec), v1alpha1.ConditionSpecOutOfBounds),
 	}
 	if o.Agents != nil {
 		// Deliberately not part of Ready: the endpoints are what the agents published (or
