@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
@@ -186,8 +187,18 @@ func newSlice(in Input, key slicemeta.SliceKey, family discoveryv1.AddressType, 
 	if proto == "" {
 		proto = corev1.ProtocolTCP
 	}
-	s.Ports = []discoveryv1.EndpointPort{{Name: &name, Protocol: &proto, Port: &port, AppProtocol: sp.AppProtocol}}
+	s.Ports = []discoveryv1.EndpointPort{{Name: &name, Protocol: &proto, Port: &port, AppProtocol: appProtocol(sp)}}
 	return s
+}
+
+// appProtocol is the port's appProtocol when the EndpointSlice API accepts it (a qualified
+// name). Admission refuses other values now; one admitted before that rule is left out, so the
+// port is still published (the status reports the value: SpecOutOfBounds).
+func appProtocol(sp v1alpha1.ServicePort) *string {
+	if sp.AppProtocol == nil || len(validation.IsQualifiedName(*sp.AppProtocol)) > 0 {
+		return nil
+	}
+	return sp.AppProtocol
 }
 
 // portOf is the Service port of an endpoint's PortIndex; the zero port for portrule.NoPort.
