@@ -119,6 +119,8 @@ func (p *Prober) Probe(ctx context.Context, probe v1alpha1.Probe, namespace, pod
 	if err != nil {
 		return Result{}, err
 	}
+	// Reasons become Events and status text; parts of some come from the pod.
+	res.Reason = serverText(res.Reason, maxReasonBytes)
 	if p.log.V(4).Enabled() {
 		p.log.V(4).Info("probed", "mode", probe.Mode, "address", addr.String(), "outcome", res.Outcome.String(), "reason", res.Reason)
 	}
