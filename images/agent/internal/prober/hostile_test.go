@@ -47,15 +47,17 @@ var hostileSysctls = map[string]string{
 	"net.ipv4.tcp_wmem": "4096 16384 16384",
 }
 
-// countingConn counts what the server wrote to the prober.
+// countingConn counts what the server wrote to the prober, on this connection and in total.
 type countingConn struct {
 	net.Conn
-	written *atomic.Int64
+	written int64
+	total   *atomic.Int64
 }
 
 func (c *countingConn) Write(p []byte) (int, error) {
 	n, err := c.Conn.Write(p)
-	c.written.Add(int64(n))
+	c.written += int64(n)
+	c.total.Add(int64(n))
 	return n, err
 }
 
@@ -200,7 +202,7 @@ func hostileCases() map[string]hostileCase {
 // stream writes chunk again and again until a write fails (the prober hung up) or
 // hostileMaxBytes are written.
 func stream(c *countingConn, chunk []byte) error {
-	for c.written.Load() < hostileMaxBytes {
+	for c.written < hostileMaxBytes {
 		if _, err := c.Write(chunk); err != nil {
 			return err
 		}
@@ -304,7 +306,7 @@ func startHostile(script hostileScript) (*hostileServer, error) {
 				// prober took; a deadline, so no script outlives its test.
 				_ = c.(*net.TCPConn).SetWriteBuffer(16 << 10)
 				_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-				err := script(&countingConn{Conn: c, written: &h.written})
+				err := script(&countingConn{Conn: c, total: &h.written})
 				h.mu.Lock()
 				h.ended = append(h.ended, err)
 				h.mu.Unlock()
