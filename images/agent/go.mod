@@ -4,8 +4,11 @@ go 1.26.0
 
 replace github.com/deckhouse/service-with-healthchecks/api => ../../api
 
+replace github.com/deckhouse/service-with-healthchecks/lib => ../../lib
+
 require (
 	github.com/deckhouse/service-with-healthchecks/api v0.0.0
+	github.com/deckhouse/service-with-healthchecks/lib v0.0.0
 	github.com/deckhouse/service-with-healthchecks/testkit v0.0.0
 	github.com/go-logr/logr v1.4.3
 	github.com/jackc/pgx/v5 v5.13.0

@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/deckhouse/service-with-healthchecks/api v0.0.0
+	github.com/deckhouse/service-with-healthchecks/lib v0.0.0
 	github.com/deckhouse/service-with-healthchecks/testkit v0.0.0
 	github.com/go-logr/logr v1.4.3
 	github.com/prometheus/client_golang v1.24.0
@@ -77,5 +78,6 @@ require (
 
 replace (
 	github.com/deckhouse/service-with-healthchecks/api => ../../api
+	github.com/deckhouse/service-with-healthchecks/lib => ../../lib
 	github.com/deckhouse/service-with-healthchecks/testkit => ../../testkit
 )
