@@ -5,7 +5,7 @@ SHELL := /usr/bin/env bash
 
 # Go modules of the product, joined by go.work. `go test ./...` does not cross modules at the
 # workspace root, so every target lists them.
-MODULES := api testkit images/agent images/controller hooks tests
+MODULES := api lib testkit images/agent images/controller hooks tests
 # Modules outside go.work because they pull github.com/prometheus/prometheus (DESIGN §9): tested,
 # tidied, built and linted alone (GOWORK=off).
 STANDALONE := tests/monitoring
