@@ -1,27 +1,37 @@
 package agent_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
+	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/agent"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/prober"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/scheduler"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 )
 
@@ -212,5 +222,258 @@ func TestProbesThatWaitForAWorkerAreReportedLate(t *testing.T) {
 	require.NoError(t, c.Env.Client.List(t.Context(), &evs, client.InNamespace(calm)))
 	for _, e := range evs.Items {
 		assert.NotEqual(t, agent.ReasonProbesLate, e.Reason, "the calm namespace's probe was never late: %s", e.Note)
+	}
+}
+
+// BenchmarkNoisyNeighbour is the "noisy neighbour" suite (bench/noisy-neighbour/run.sh,
+// development/BENCHMARKS.md): NOISY_HANGING HTTP probes that never get an answer (resources of
+// 32 probes, timeoutSeconds and periodSeconds 60) in one namespace, beside NOISY_NORMAL pods
+// probed over HTTP every second (timeoutSeconds 1, failureThreshold 3) in another, one agent in
+// this process with the default pool (agent.DefaultProbeConcurrency workers) and the real
+// prober. It reports the normal probes' scheduling lag (start - due, from scheduler.Due) over
+// NOISY_DURATION once the hanging probes hold their workers, and their failure detection time:
+// NOISY_SAMPLES times, one normal pod's server starts answering 503 and the time until a watch
+// sees its endpoint not ready is measured (then it recovers before the next sample). Goals:
+// lag p99 under 100 ms, detection within periodSeconds x failureThreshold + timeoutSeconds + 1 s.
+// Needs root (network namespaces); it is never a pass/fail test.
+//
+//	cd images/agent/internal/agent && go test . -run '^$' -bench NoisyNeighbour -benchtime 1x
+func BenchmarkNoisyNeighbour(b *testing.B) {
+	hanging := envInt(b, "NOISY_HANGING", 96)
+	normal := envInt(b, "NOISY_NORMAL", 100)
+	window := envDuration(b, "NOISY_DURATION", 30*time.Second)
+	samples := envInt(b, "NOISY_SAMPLES", 10)
+	const period, timeout, failureThreshold = 1, 1, 3
+	goal := time.Duration(period*failureThreshold+timeout+1) * time.Second
+
+	c, err := cluster.New(cluster.Options{Nodes: []cluster.Node{{Name: "node-a", Zone: "zone-a"}}})
+	if errors.Is(err, cluster.ErrNotRoot) {
+		b.Skipf("cluster: %v", err)
+	}
+	require.NoError(b, err)
+	b.Cleanup(func() { assert.NoError(b, c.Stop()) })
+	noisy := c.Env.CreateNamespaceForTest(b, "noisy")
+	calm := c.Env.CreateNamespaceForTest(b, "calm")
+	ports := []v1alpha1.ServicePort{namedPort("web", 80, intstr.FromInt32(8080))}
+
+	var hangers []*hangingServer
+	for i := 0; i*32 < hanging; i++ {
+		name := fmt.Sprintf("hang-%d", i)
+		labels := map[string]string{"app": name}
+		p := c.AddPod(b, cluster.PodSpec{Namespace: noisy, Name: name, Node: "node-a", Labels: labels, ContainerPorts: vmPorts})
+		hangers = append(hangers, serveHanging(b, p, 8080))
+		createProbedResource(b, c, noisy, name, labels, 60, ports, hangingProbes(min(32, hanging-i*32))...)
+	}
+	labels := map[string]string{"app": "web"}
+	bulk := c.AddBulkPods(b, cluster.BulkSpec{Namespace: calm, NamePrefix: "web", Node: "node-a", Count: normal, Port: 8080,
+		Labels: labels, ContainerPorts: vmPorts})
+	createProbedResource(b, c, calm, "web", labels, period, ports, httpProbe(intstr.FromInt32(8080), 1, failureThreshold))
+
+	lags := &lagLog{}
+	pr := agent.ProberRunner(prober.New(prober.Options{}))
+	runner := scheduler.RunnerFunc(func(ctx context.Context, t scheduler.Target) scheduler.Outcome {
+		if due, ok := scheduler.Due(ctx); ok && t.Namespace == calm {
+			lags.add(time.Since(due))
+		}
+		return pr.Run(ctx, t)
+	})
+	a, err := agent.New(agent.Options{
+		NodeName: "node-a", Config: c.Env.Config, MetricsBindAddress: "0", HealthProbeBindAddress: "0",
+		Registry: prometheus.NewRegistry(), SkipNameValidation: true, Runner: runner,
+	})
+	require.NoError(b, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	b.Cleanup(func() { cancel(); assert.NoError(b, <-done) })
+
+	w := watchReadiness(b, c, calm)
+	require.Eventually(b, func() bool { return w.readyCount() == normal }, 2*time.Minute, 50*time.Millisecond,
+		"every normal endpoint is published ready")
+	// Both namespaces have targets: the hanging one holds at most half of the pool.
+	expectHeld := int64(min(hanging, agent.DefaultProbeConcurrency/2))
+	require.Eventually(b, func() bool { return held(hangers) >= expectHeld }, 2*time.Minute, 50*time.Millisecond,
+		"the hanging probes are in flight")
+
+	b.ResetTimer()
+	for range b.N {
+		lags.start()
+		time.Sleep(window) // the measured window: the probes run meanwhile
+		got := lags.stop()
+		require.NotEmpty(b, got, "the normal probes ran during the window")
+
+		var detect []time.Duration
+		for i := range samples {
+			addr := bulk.Pods[i%normal].IP.String()
+			bulk.SetHealthy(i%normal, false)
+			t0 := time.Now()
+			at, ok := w.waitReady(addr, false, t0.Add(time.Minute))
+			require.True(b, ok, "the endpoint of %s is withdrawn within a minute", addr)
+			detect = append(detect, at.Sub(t0))
+			bulk.SetHealthy(i%normal, true)
+			_, ok = w.waitReady(addr, true, time.Now().Add(time.Minute))
+			require.True(b, ok, "the endpoint of %s is ready again within a minute", addr)
+		}
+		b.ReportMetric(ms(percentile(got, 0.50)), "lag-p50-ms")
+		b.ReportMetric(ms(percentile(got, 0.99)), "lag-p99-ms")
+		b.ReportMetric(ms(percentile(got, 1)), "lag-max-ms")
+		b.ReportMetric(float64(len(got))/window.Seconds(), "normal-runs/s")
+		b.ReportMetric(percentile(detect, 0.50).Seconds(), "detect-p50-s")
+		b.ReportMetric(percentile(detect, 1).Seconds(), "detect-max-s")
+		b.ReportMetric(goal.Seconds(), "detect-goal-s")
+		b.ReportMetric(float64(held(hangers)), "hanging-in-flight")
+		b.ReportMetric(testutil.ToFloat64(a.Metrics.LateRuns), "late-runs")
+	}
+}
+
+func envInt(b *testing.B, name string, def int) int {
+	b.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	require.NoError(b, err, "%s", name)
+	require.Positive(b, n, "%s", name)
+	return n
+}
+
+func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
+	b.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	require.NoError(b, err, "%s", name)
+	require.Positive(b, d, "%s", name)
+	return d
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// percentile of the samples (nearest rank; q = 1 is the largest).
+func percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[max(int(math.Ceil(q*float64(len(s))))-1, 0)]
+}
+
+// lagLog records scheduling lags while started.
+type lagLog struct {
+	mu   sync.Mutex
+	on   bool
+	lags []time.Duration
+}
+
+func (l *lagLog) add(d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.on {
+		l.lags = append(l.lags, d)
+	}
+}
+
+func (l *lagLog) start() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.on, l.lags = true, nil
+}
+
+func (l *lagLog) stop() []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.on = false
+	return l.lags
+}
+
+// readiness follows, through a watch, the ready condition of every endpoint in the
+// EndpointSlices of a namespace, with the time each change arrived.
+type readiness struct {
+	mu      sync.Mutex
+	slices  map[string]map[string]bool // slice name -> address -> ready
+	changed chan struct{}
+}
+
+func watchReadiness(tb testing.TB, c *cluster.Cluster, ns string) *readiness {
+	tb.Helper()
+	wc, err := client.NewWithWatch(c.Env.Config, client.Options{Scheme: c.Env.Scheme})
+	require.NoError(tb, err)
+	w, err := wc.Watch(tb.Context(), &discoveryv1.EndpointSliceList{}, client.InNamespace(ns))
+	require.NoError(tb, err)
+	r := &readiness{slices: map[string]map[string]bool{}, changed: make(chan struct{}, 1)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			s, ok := ev.Object.(*discoveryv1.EndpointSlice)
+			if !ok {
+				continue
+			}
+			eps := map[string]bool{}
+			for _, e := range s.Endpoints {
+				eps[e.Addresses[0]] = e.Conditions.Ready == nil || *e.Conditions.Ready
+			}
+			r.mu.Lock()
+			if ev.Type == watch.Deleted {
+				delete(r.slices, s.Name)
+			} else {
+				r.slices[s.Name] = eps
+			}
+			r.mu.Unlock()
+			select {
+			case r.changed <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	tb.Cleanup(func() { w.Stop(); <-done })
+	return r
+}
+
+// state is whether addr is published and whether it is ready.
+func (r *readiness) state(addr string) (published, ready bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, eps := range r.slices {
+		if v, ok := eps[addr]; ok {
+			return true, v
+		}
+	}
+	return false, false
+}
+
+func (r *readiness) readyCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, eps := range r.slices {
+		for _, ready := range eps {
+			if ready {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// waitReady waits until addr is published with that ready condition and returns when the
+// watch saw it, or false at the deadline.
+func (r *readiness) waitReady(addr string, ready bool, deadline time.Time) (time.Time, bool) {
+	for {
+		if p, v := r.state(addr); p && v == ready {
+			return time.Now(), true
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return time.Time{}, false
+		}
+		select {
+		case <-r.changed:
+		case <-time.After(wait):
+		}
 	}
 }
