@@ -103,8 +103,8 @@ func held(hs []*hangingServer) int64 {
 	return n
 }
 
-// createProbedResource is createResource with a period of one's choosing: a probe's
-// timeoutSeconds may not exceed the period.
+// createProbedResource is createResource with a period of one's choosing (a probe's
+// timeoutSeconds may not exceed the period) and for benchmarks too.
 func createProbedResource(tb testing.TB, c *cluster.Cluster, ns, name string, selector map[string]string, period int32, ports []v1alpha1.ServicePort, probes ...v1alpha1.Probe) *v1alpha1.ServiceWithHealthchecks {
 	tb.Helper()
 	swh := &v1alpha1.ServiceWithHealthchecks{
@@ -123,6 +123,10 @@ func createProbedResource(tb testing.TB, c *cluster.Cluster, ns, name string, se
 		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: p.Name, Port: p.Port, Protocol: p.Protocol, TargetPort: p.TargetPort})
 	}
 	require.NoError(tb, c.Env.Client.Create(tb.Context(), svc))
+	// Standing in for the controller, which reports the Service as the resource's own
+	// (status.clusterIP; agents that gate publishing on it publish only then).
+	swh.Status.ClusterIP = svc.Spec.ClusterIP
+	require.NoError(tb, c.Env.Client.Status().Update(tb.Context(), swh))
 	return swh
 }
 
