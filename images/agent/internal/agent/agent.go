@@ -181,6 +181,7 @@ func New(opts Options) (*Agent, error) {
 		Workers:  opts.ProbeConcurrency,
 		Runner:   runner,
 		OnChange: r.resultChanged,
+		OnLate:   r.probesLate,
 		Metrics:  m,
 		Logger:   opts.Logger.WithName("scheduler"),
 	})

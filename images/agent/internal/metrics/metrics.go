@@ -42,6 +42,8 @@ type Metrics struct {
 	ProbeTransitions *prometheus.CounterVec
 	// SchedulingLag is how late a probe started after it was due.
 	SchedulingLag prometheus.Histogram
+	// LateRuns counts probe runs that started more than one period after they were due.
+	LateRuns prometheus.Counter
 	// Targets is the number of (pod, probe) targets the agent probes.
 	Targets prometheus.Gauge
 	// Endpoints is the number of (pod address, port) endpoints the agent publishes, by state.
@@ -134,6 +136,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help:    "How late a probe run started after it was due (waiting for a free worker).",
 			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 2.5, 5, 10},
 		}),
+		LateRuns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "swh_agent_probe_late_runs_total",
+			Help: "Probe runs that started more than one period after they were due: every worker was busy, or the namespace had its share of them in flight.",
+		}),
 		Targets: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "swh_agent_probe_targets",
 			Help: "Number of (pod, probe) targets this agent probes.",
@@ -167,8 +173,8 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.ProbeDuration, m.ProbeResults, m.ProbeTransitions, m.SchedulingLag, m.Targets,
-			m.Endpoints, m.SliceWrites, m.SliceWriteErrors, m.SliceConflicts, m.CredentialProblems,
+		reg.MustRegister(m.ProbeDuration, m.ProbeResults, m.ProbeTransitions, m.SchedulingLag, m.LateRuns,
+			m.Targets, m.Endpoints, m.SliceWrites, m.SliceWriteErrors, m.SliceConflicts, m.CredentialProblems,
 			m.LeaseLastRenew, m.LeaseRenewErrors)
 	}
 	return m

@@ -248,6 +248,13 @@ func TestRemovedTargetsLeaveNothingBehind(t *testing.T) {
 	assert.Empty(t, s.Results(res))
 	s.Set(other, nil)
 	assert.Equal(t, 0.0, testutil.ToFloat64(m.Targets))
+	// Once the cancelled runs have ended, no state of a resource or namespace is left.
+	require.Eventually(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.running == 0 && len(s.resources) == 0 && len(s.namespaces) == 0 && len(s.waiting) == 0 &&
+			s.withTargets == 0 && len(s.timers) == 0 && len(s.lateReported) == 0
+	}, 10*time.Second, 5*time.Millisecond)
 	cancel()
 	<-done
 	goleak.VerifyNone(t, goroutinesBefore)
