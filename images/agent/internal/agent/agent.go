@@ -260,6 +260,6 @@ func ProberRunner(p *prober.Prober) scheduler.Runner {
 		if err != nil {
 			return scheduler.Outcome{Err: err}
 		}
-		return scheduler.Outcome{Pass: res.Outcome == prober.Success, Reason: res.Reason}
+		return scheduler.Outcome{Pass: res.Outcome == prober.Success, Deferred: res.Outcome == prober.Deferred, Reason: res.Reason}
 	})
 }

@@ -16,6 +16,9 @@ const (
 	// OutcomeError is a probe that could not be run at all (invalid input); it counts as a
 	// failure for the thresholds.
 	OutcomeError = "error"
+	// OutcomeDeferred is a probe that was not run because an input is still loading (its
+	// credential Secret); it counts for nothing.
+	OutcomeDeferred = "deferred"
 )
 
 // Label values of the operation label.

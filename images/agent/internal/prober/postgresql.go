@@ -62,6 +62,9 @@ func (p *Prober) probePostgreSQL(ctx context.Context, pg *v1alpha1.PostgreSQLPro
 			return failure(fmt.Sprintf("credentials Secret %s/%s: no credential store", namespace, pg.AuthSecretName)), nil
 		}
 		c, err := p.creds.Lookup(namespace, pg.AuthSecretName)
+		if errors.Is(err, credentials.ErrLoading) {
+			return Result{Outcome: Deferred, Reason: err.Error()}, nil
+		}
 		if err != nil {
 			return failure(err.Error()), nil
 		}

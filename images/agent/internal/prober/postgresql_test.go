@@ -485,3 +485,21 @@ func TestPostgreSQLServerThatNeverAnswersIsCutAtTheDeadline(t *testing.T) {
 	c := <-accepted // The connection was made: the deadline ended the probe.
 	_ = c.Close()
 }
+
+// loadingCredentials is a store whose Secrets are all still loading.
+type loadingCredentials struct{}
+
+func (loadingCredentials) Lookup(namespace, name string) (*credentials.Credentials, error) {
+	return nil, fmt.Errorf("credentials Secret %s/%s: not loaded yet: %w", namespace, name, credentials.ErrLoading)
+}
+
+// A probe whose credential Secret is still loading is deferred, not failed: the run counts for
+// nothing (an agent that has just started does not withdraw anything before it could know).
+func TestPostgreSQLWithASecretStillLoadingIsDeferred(t *testing.T) {
+	p := prober.New(prober.Options{Credentials: loadingCredentials{}})
+	res, err := p.Probe(t.Context(), v1alpha1.Probe{Mode: v1alpha1.ProbeModePostgreSQL, TimeoutSeconds: 1,
+		PostgreSQL: &v1alpha1.PostgreSQLProbe{TargetPort: intstr.FromInt32(5432), AuthSecretName: "db"}}, "ns", "127.0.0.1", 5432)
+	require.NoError(t, err)
+	assert.Equal(t, prober.Deferred, res.Outcome)
+	assert.Contains(t, res.Reason, "not loaded yet")
+}

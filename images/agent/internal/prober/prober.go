@@ -31,11 +31,17 @@ const (
 	Failure Outcome = iota
 	// Success means the target passed.
 	Success
+	// Deferred means the probe was not run: an input it needs is still loading (a credential
+	// Secret whose watch has not synced yet). The run counts for nothing, neither pass nor fail.
+	Deferred
 )
 
 func (o Outcome) String() string {
-	if o == Success {
+	switch o {
+	case Success:
 		return "Success"
+	case Deferred:
+		return "Deferred"
 	}
 	return "Failure"
 }

@@ -93,6 +93,10 @@ type Outcome struct {
 	Reason string
 	// Err is set when the probe could not be run at all; the run counts as a failure.
 	Err error
+	// Deferred is set when the probe was not run because an input is still loading (a
+	// credential Secret being read): the run counts for nothing, the target keeps its state and
+	// runs again at its next due time.
+	Deferred bool
 }
 
 // Runner runs one probe once (the prober, behind a small interface).
@@ -566,6 +570,8 @@ func (s *Scheduler) runOne(parent context.Context, e *entry) {
 
 	outcome := metrics.OutcomeFailure
 	switch {
+	case out.Deferred:
+		outcome = metrics.OutcomeDeferred
 	case out.Err != nil:
 		outcome = metrics.OutcomeError
 		out.Pass, out.Reason = false, "probe could not run: "+out.Err.Error()
@@ -584,7 +590,10 @@ func (s *Scheduler) runOne(parent context.Context, e *entry) {
 		return
 	}
 	e.cancel = nil
-	changed := e.record(out.Pass, out.Reason)
+	changed := false
+	if !out.Deferred {
+		changed = e.record(out.Pass, out.Reason)
+	}
 	res := e.result
 	// The next run is one period after this one was due, moved by the jitter; a run that
 	// overran its slot is rescheduled from now.

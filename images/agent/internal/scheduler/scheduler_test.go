@@ -138,6 +138,30 @@ func TestARunnerErrorCountsAsAFailure(t *testing.T) {
 	assert.GreaterOrEqual(t, testutil.ToFloat64(m.ProbeResults.WithLabelValues("TCP", metrics.OutcomeError)), 2.0)
 }
 
+// A deferred run (an input still loading) counts for nothing: with failureThreshold 1 it does
+// not fail the target, and the runs that follow it decide as if it had not happened.
+func TestADeferredRunCountsForNothing(t *testing.T) {
+	var runs atomic.Int32
+	changed := make(chan Change, 10)
+	s, m := harness(t, Options{
+		Runner: RunnerFunc(func(context.Context, Target) Outcome {
+			if runs.Add(1) <= 3 {
+				return Outcome{Deferred: true, Reason: "credentials Secret ns/db: not loaded yet"}
+			}
+			return Outcome{Pass: true}
+		}),
+		OnChange:       func(c Change) { changed <- c },
+		MaxStartSpread: time.Millisecond,
+	})
+	tg := target("p1", 0, 5*time.Millisecond, 1, 1)
+	s.Set(res, []Target{tg})
+	c := <-changed
+	assert.Equal(t, portrule.Pass, c.Result.State, "the first change is the pass: the deferred runs failed nothing")
+	assert.GreaterOrEqual(t, runs.Load(), int32(4))
+	assert.Equal(t, 3.0, testutil.ToFloat64(m.ProbeResults.WithLabelValues("TCP", metrics.OutcomeDeferred)))
+	assert.Zero(t, testutil.ToFloat64(m.ProbeResults.WithLabelValues("TCP", metrics.OutcomeFailure)))
+}
+
 func TestTheFirstRunWaitsForTheInitialDelay(t *testing.T) {
 	notBefore := time.Now().Add(300 * time.Millisecond)
 	ran := make(chan time.Time, 100)
