@@ -313,8 +313,9 @@ func TestTheAgentWritesOnlyItsOwnNodesSlicesAndLease(t *testing.T) {
 // controller pod, under the chart's policies: the child Service of a resource (created, changed,
 // deleted), an adoptable Service, the withdrawal of our slices' endpoints, the deletion of our
 // slices and of built-in slices in a tenant namespace, and its election Lease are admitted; a
-// Service it does not control, slices of other managers, built-in slices in system namespaces,
-// a withdrawal that moves traffic, and any other Lease are refused with the policy's message.
+// Service it does not control, a Service in a system namespace, slices of other managers,
+// built-in slices in system namespaces, a withdrawal that moves traffic, and any other Lease are
+// refused with the policy's message.
 func TestTheControllerWritesOnlyWhatItOwns(t *testing.T) {
 	enforcePolicies(t)
 	tenant := env.CreateNamespaceForTest(t, "tenant")
@@ -394,6 +395,11 @@ func TestTheControllerWritesOnlyWhatItOwns(t *testing.T) {
 			return c.Update(ctx, l)
 		}},
 
+		"the child Service of a resource in kube-system is refused": {refusal: "may not create or change Services in the system namespace kube-system", do: func(ctx context.Context, c client.Client) error {
+			svc := child("dns")
+			svc.Namespace = "kube-system"
+			return c.Create(ctx, svc)
+		}},
 		"a Service without its owner reference is refused": {refusal: refusedCreate, do: func(ctx context.Context, c client.Client) error {
 			return c.Create(ctx, foreign("plain", nil))
 		}},
