@@ -26,6 +26,10 @@ const (
 	LabelPort = "network.deckhouse.io/service-port"
 	// LabelNode holds the node name where it fits in a label value (63 characters).
 	LabelNode = "network.deckhouse.io/node"
+	// LabelNodeKey holds the node in a form that always fits a label value (NodeKey): the
+	// agents' caches select their own node's slices by it. The node annotation stays the
+	// authority on which node a slice is for.
+	LabelNodeKey = "network.deckhouse.io/node-key"
 	// AnnotationNode always holds the full node name.
 	AnnotationNode = "network.deckhouse.io/node"
 
@@ -92,14 +96,25 @@ func (k SliceKey) Name() string {
 	return prefix + NodeDigest(k.Node) + suffix
 }
 
+// NodeKey is the value of LabelNodeKey for a node: its name when that is a valid label value,
+// else "digest-" and its NodeDigest (a name is at most 63 characters there, a digest 23).
+func NodeKey(node string) string {
+	if len(validation.IsValidLabelValue(node)) == 0 {
+		return node
+	}
+	return "digest-" + NodeDigest(node)
+}
+
 // Labels are the labels of the slice. The node label is left out when the node name is not a
-// valid label value (longer than 63 characters); the node annotation always holds it.
+// valid label value (longer than 63 characters); the node key label and the node annotation
+// are always there.
 func (k SliceKey) Labels() map[string]string {
 	l := map[string]string{
 		discoveryv1.LabelServiceName: k.Resource,
 		discoveryv1.LabelManagedBy:   ManagedBy,
 		LabelResource:                k.Resource,
 		LabelPort:                    k.Port,
+		LabelNodeKey:                 NodeKey(k.Node),
 	}
 	if len(validation.IsValidLabelValue(k.Node)) == 0 {
 		l[LabelNode] = k.Node
@@ -117,15 +132,51 @@ func IsManaged(s *discoveryv1.EndpointSlice) bool {
 	return s.Labels[discoveryv1.LabelManagedBy] == ManagedBy
 }
 
+// Kind is the kind of the module's resource, as owner references name it.
+const Kind = "ServiceWithHealthchecks"
+
+// Group is the API group of the module's resource.
+const Group = "network.deckhouse.io"
+
+// IsResourceRef tells whether an owner reference names a ServiceWithHealthchecks (of any
+// version of the group). It is the one test of "our owner reference", for slices and Services.
+func IsResourceRef(ref metav1.OwnerReference) bool {
+	return ref.Kind == Kind && strings.HasPrefix(ref.APIVersion, Group+"/")
+}
+
+// ResourceRef is the first owner reference that names a ServiceWithHealthchecks.
+func ResourceRef(refs []metav1.OwnerReference) (metav1.OwnerReference, bool) {
+	for _, ref := range refs {
+		if IsResourceRef(ref) {
+			return ref, true
+		}
+	}
+	return metav1.OwnerReference{}, false
+}
+
 // OwnerUID is the UID of the ServiceWithHealthchecks that a managed slice names as its owner,
 // or "" when it names none.
 func OwnerUID(s *discoveryv1.EndpointSlice) types.UID {
-	for _, ref := range s.OwnerReferences {
-		if ref.Kind == "ServiceWithHealthchecks" && strings.HasPrefix(ref.APIVersion, "network.deckhouse.io/") {
-			return ref.UID
-		}
+	ref, _ := ResourceRef(s.OwnerReferences)
+	return ref.UID
+}
+
+// ResourceOf is the name of the resource a slice of this module was published for: its resource
+// label, or else the name in its ServiceWithHealthchecks owner reference ("" when neither says).
+func ResourceOf(s *discoveryv1.EndpointSlice) string {
+	if name := s.Labels[LabelResource]; name != "" {
+		return name
 	}
-	return ""
+	ref, _ := ResourceRef(s.OwnerReferences)
+	return ref.Name
+}
+
+// PortOf is the Service port a slice publishes, by name ("" for a single unnamed port), as its
+// port label records it; ok is false when the slice has no port label (it publishes no port of
+// any resource).
+func PortOf(s *discoveryv1.EndpointSlice) (port string, ok bool) {
+	port, ok = s.Labels[LabelPort]
+	return port, ok
 }
 
 // IsOwnedBy tells whether a slice is this module's and belongs to the live resource with the
@@ -160,8 +211,8 @@ func NodeOf(s *discoveryv1.EndpointSlice) string {
 func OwnerReference(name string, uid types.UID) metav1.OwnerReference {
 	yes := true
 	return metav1.OwnerReference{
-		APIVersion:         "network.deckhouse.io/v1alpha1",
-		Kind:               "ServiceWithHealthchecks",
+		APIVersion:         Group + "/v1alpha1",
+		Kind:               Kind,
 		Name:               name,
 		UID:                uid,
 		Controller:         &yes,

@@ -95,6 +95,12 @@ func TestLabels(t *testing.T) {
 			assert.Equal(t, tc.key.Port, l[LabelPort])
 			_, has := l[LabelNode]
 			assert.Equal(t, tc.wantNode, has)
+			assert.Equal(t, NodeKey(tc.key.Node), l[LabelNodeKey], "the node key label is always there")
+			if tc.wantNode {
+				assert.Equal(t, tc.key.Node, l[LabelNodeKey], "a name that fits is its own key")
+			} else {
+				assert.Equal(t, "digest-"+NodeDigest(tc.key.Node), l[LabelNodeKey])
+			}
 			for k, v := range l {
 				assert.Empty(t, validation.IsQualifiedName(k), "label key %q", k)
 				assert.Empty(t, validation.IsValidLabelValue(v), "label value %q", v)
@@ -167,4 +173,42 @@ func TestAgentLeaseName(t *testing.T) {
 			assert.Empty(t, validation.IsDNS1123Subdomain(got))
 		})
 	}
+}
+
+func TestResourceAndPortOfASlice(t *testing.T) {
+	labelled := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{
+		Labels:          SliceKey{Resource: "db", Port: "pg", Node: "w1"}.Labels(),
+		OwnerReferences: []metav1.OwnerReference{OwnerReference("other", "uid")},
+	}}
+	ownerOnly := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{
+		OwnerReferences: []metav1.OwnerReference{
+			{APIVersion: "v1", Kind: "Service", Name: "svc"},
+			OwnerReference("db", "uid"),
+		},
+	}}
+	foreignKind := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: Kind, Name: "db"}},
+	}}
+	cases := map[string]struct {
+		slice    *discoveryv1.EndpointSlice
+		resource string
+		port     string
+		hasPort  bool
+	}{
+		"the resource label wins over the owner reference":       {labelled, "db", "pg", true},
+		"without labels the owner reference names it":            {ownerOnly, "db", "", false},
+		"a kind of the same name from another group is not ours": {foreignKind, "", "", false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			assert.Equal(t, tc.resource, ResourceOf(tc.slice))
+			port, ok := PortOf(tc.slice)
+			assert.Equal(t, tc.port, port)
+			assert.Equal(t, tc.hasPort, ok)
+		})
+	}
+	unnamed := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Labels: SliceKey{Resource: "db", Node: "w1"}.Labels()}}
+	port, ok := PortOf(unnamed)
+	assert.True(t, ok, "a single unnamed port has an empty port label, not none")
+	assert.Empty(t, port)
 }

@@ -22,8 +22,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/testkit/loopback"
+	"github.com/deckhouse/service-with-healthchecks/testkit/process"
 )
 
 // targetPort is where the flip server listens in the pods' namespaces.
@@ -35,8 +38,8 @@ type bench struct {
 	o     options
 	cs    kubernetes.Interface
 	dir   string
-	agent *proc
-	kcm   *proc
+	agent *process.Process
+	kcm   *process.Process
 	// agentMetrics is the agent's metrics address.
 	agentMetrics string
 }
@@ -59,14 +62,11 @@ func newBench(ctx context.Context, c *cluster.Cluster, o options) (*bench, error
 	if err != nil {
 		return nil, err
 	}
-	metricsAddr, err := freeAddr()
+	addrs, err := loopback.FreeAddrs(2)
 	if err != nil {
 		return nil, err
 	}
-	healthAddr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
+	metricsAddr, healthAddr := addrs[0], addrs[1]
 	b.agentMetrics = metricsAddr
 	args := []string{"--node-name", agentNode, "--kubeconfig", kubeconfig, "--lease-namespace", leaseNS,
 		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", healthAddr, "--log-level", "error"}
@@ -74,7 +74,9 @@ func newBench(ctx context.Context, c *cluster.Cluster, o options) (*bench, error
 	if b.agent, err = startProc("agent", dir, o.agent, args...); err != nil {
 		return nil, err
 	}
-	if err := waitHTTP(ctx, "http://"+healthAddr+"/readyz", b.agent, time.Minute); err != nil {
+	readyCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := b.agent.WaitHTTP(readyCtx, "http://"+healthAddr+"/readyz"); err != nil {
 		b.stop()
 		return nil, err
 	}
@@ -98,20 +100,20 @@ func newBench(ctx context.Context, c *cluster.Cluster, o options) (*bench, error
 
 func (b *bench) stop() {
 	if b.agent != nil {
-		b.agent.stop()
+		_ = b.agent.Stop()
 	}
 	if b.kcm != nil {
-		b.kcm.stop()
+		_ = b.kcm.Stop()
 	}
 	_ = os.RemoveAll(b.dir)
 }
 
 func (b *bench) dumpLogs() {
 	if b.agent != nil {
-		b.agent.dumpLog()
+		dumpLog(b.agent)
 	}
 	if b.kcm != nil {
-		b.kcm.dumpLog()
+		dumpLog(b.kcm)
 	}
 }
 
@@ -205,6 +207,19 @@ func (b *bench) measure(ctx context.Context, n int) (res sizeResult, err error) 
 	if err := b.c.Env.Client.Create(ctx, swh); err != nil {
 		return res, fmt.Errorf("creating the ServiceWithHealthchecks: %w", err)
 	}
+	// No controller runs here: stand in for it, as the agent publishes only for a resource
+	// whose status says its child Service is its own.
+	child := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: swh.Name, OwnerReferences: []metav1.OwnerReference{slicemeta.OwnerReference(swh.Name, swh.UID)}},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(targetPort)}}},
+	}
+	if err := b.c.Env.Client.Create(ctx, child); err != nil {
+		return res, fmt.Errorf("creating the child Service: %w", err)
+	}
+	swh.Status.ClusterIP = child.Spec.ClusterIP
+	if err := b.c.Env.Client.Status().Update(ctx, swh); err != nil {
+		return res, fmt.Errorf("writing the resource's status: %w", err)
+	}
 
 	// The built-in side: n Pod objects (no network: nothing dials them) selected by a Service.
 	kcmPods, err := newStatusPods(ctx, b.c, ns, n)
@@ -238,7 +253,7 @@ func (b *bench) measure(ctx context.Context, n int) (res sizeResult, err error) 
 	if err != nil {
 		return res, err
 	}
-	cpuBefore, err := cpuTime(b.agent.cmd.Process.Pid)
+	cpuBefore, err := process.CPUTime(b.agent.PID())
 	if err != nil {
 		return res, err
 	}
@@ -247,7 +262,7 @@ func (b *bench) measure(ctx context.Context, n int) (res sizeResult, err error) 
 	// sample, so load from elsewhere hits both alike.
 	next := 0
 	for r := range b.o.rounds {
-		rd := round{load: loadavg()}
+		rd := round{load: process.LoadAvg()}
 		for s := range b.o.samples {
 			i := (next / 2 * 7919) % n // spread over the slice; each endpoint down then up
 			ready := next%2 == 1
@@ -268,7 +283,7 @@ func (b *bench) measure(ctx context.Context, n int) (res sizeResult, err error) 
 			ms(pct(lat(rd.agent), 50)), ms(pct(lat(rd.agent), 99)), ms(pct(lat(rd.kcm), 50)), ms(pct(lat(rd.kcm), 99)), rd.load)
 	}
 	res.sampling = time.Since(samplingStart)
-	cpuAfter, err := cpuTime(b.agent.cmd.Process.Pid)
+	cpuAfter, err := process.CPUTime(b.agent.PID())
 	if err != nil {
 		return res, err
 	}
@@ -277,12 +292,12 @@ func (b *bench) measure(ctx context.Context, n int) (res sizeResult, err error) 
 	if err != nil {
 		return res, err
 	}
-	delta := func(name string) float64 { return after[name] - before[name] }
+	delta := func(name string) float64 { return after.Sum(name, nil) - before.Sum(name, nil) }
 	res.agentWrites = delta("swh_agent_endpointslice_writes_total")
 	if n := delta("controller_runtime_reconcile_time_seconds_count"); n > 0 {
 		res.agentReconcile = time.Duration(delta("controller_runtime_reconcile_time_seconds_sum") / n * float64(time.Second))
 	}
-	if res.agentRSS, err = peakRSS(b.agent.cmd.Process.Pid); err != nil {
+	if res.agentRSS, err = process.PeakRSS(b.agent.PID()); err != nil {
 		return res, err
 	}
 	if res.agentSliceWrite, err = b.writeCost(ctx, w, "agent", 20); err != nil {
@@ -304,7 +319,7 @@ func (b *bench) agentSample(ctx context.Context, w *watcher, srv *flipServer, ad
 	flipped := srv.flip(addr, ready)
 	got, err := ev.wait(ctx, b.o.waitTimeout)
 	if err != nil {
-		return sample{}, fmt.Errorf("%s ready=%v: %w", addr, ready, errors.Join(err, b.agent.running()))
+		return sample{}, fmt.Errorf("%s ready=%v: %w", addr, ready, errors.Join(err, b.agent.Err()))
 	}
 	decisive := srv.decisive(addr)
 	if decisive.IsZero() {
@@ -324,7 +339,7 @@ func (b *bench) kcmSample(ctx context.Context, w *watcher, pods *statusPods, i i
 	rtt := time.Since(start)
 	got, err := ev.wait(ctx, b.o.waitTimeout)
 	if err != nil {
-		return sample{}, fmt.Errorf("%s ready=%v: %w", pods.ips[i], ready, errors.Join(err, b.kcm.running()))
+		return sample{}, fmt.Errorf("%s ready=%v: %w", pods.ips[i], ready, errors.Join(err, b.kcm.Err()))
 	}
 	return sample{latency: got.Sub(start), phase: rtt, ready: ready}, nil
 }
@@ -597,7 +612,7 @@ func (e *expectation) wait(ctx context.Context, timeout time.Duration) (time.Tim
 }
 
 // waitAllReady waits until the service's slices list every address as ready.
-func (w *watcher) waitAllReady(ctx context.Context, service string, ips []netip.Addr, timeout time.Duration, p *proc) error {
+func (w *watcher) waitAllReady(ctx context.Context, service string, ips []netip.Addr, timeout time.Duration, p *process.Process) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		ready := map[string]bool{}
@@ -621,7 +636,7 @@ func (w *watcher) waitAllReady(ctx context.Context, service string, ips []netip.
 		if missing == 0 {
 			return nil
 		}
-		if err := p.running(); err != nil {
+		if err := p.Err(); err != nil {
 			return err
 		}
 		if time.Now().After(deadline) {

@@ -16,11 +16,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
+	"github.com/deckhouse/service-with-healthchecks/testkit/process"
 )
 
 // options are the command line.
@@ -111,65 +111,15 @@ const (
 	kcmNode   = "node-b"
 )
 
-// proc is a program the benchmark started; stopped by its PID.
-type proc struct {
-	name    string
-	cmd     *exec.Cmd
-	log     string
-	exited  chan struct{}
-	started time.Time
+// startProc starts a program of the benchmark, its output in dir/<name>.log; stopped by its PID
+// (SIGTERM, SIGKILL after 10 s).
+func startProc(name, dir string, path string, args ...string) (*process.Process, error) {
+	return process.Start(name, exec.Command(path, args...), process.Options{LogFile: filepath.Join(dir, name+".log"), Grace: 10 * time.Second})
 }
 
-func startProc(name, dir string, path string, args ...string) (*proc, error) {
-	logPath := filepath.Join(dir, name+".log")
-	f, err := os.Create(logPath)
-	if err != nil {
-		return nil, fmt.Errorf("%s log: %w", name, err)
-	}
-	cmd := exec.Command(path, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, log: logPath, exited: make(chan struct{}), started: time.Now()}
-	go func() {
-		_ = cmd.Wait()
-		_ = f.Close()
-		close(p.exited)
-	}()
-	return p, nil
-}
-
-func (p *proc) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
-}
-
-func (p *proc) running() error {
-	select {
-	case <-p.exited:
-		return fmt.Errorf("%s exited", p.name)
-	default:
-		return nil
-	}
-}
-
-func (p *proc) dumpLog() {
-	raw, err := os.ReadFile(p.log)
-	if err != nil {
-		return
-	}
-	s := string(raw)
-	if len(s) > 4000 {
-		s = s[len(s)-4000:]
-	}
-	fmt.Fprintf(os.Stderr, "--- %s output (tail) ---\n%s\n", p.name, s)
+// dumpLog prints the end of a program's output.
+func dumpLog(p *process.Process) {
+	fmt.Fprintf(os.Stderr, "--- %s output (tail) ---\n%s\n", p.Name(), p.Output(4000))
 }
 
 // kcmBinary is kube-controller-manager as tools/build.sh built it.

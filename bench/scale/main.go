@@ -7,23 +7,16 @@
 package main
 
 import (
-	"bufio"
+	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -40,6 +33,9 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
+	"github.com/deckhouse/service-with-healthchecks/testkit/loopback"
+	"github.com/deckhouse/service-with-healthchecks/testkit/metrics"
+	"github.com/deckhouse/service-with-healthchecks/testkit/process"
 )
 
 // options are the command line.
@@ -101,7 +97,7 @@ type result struct {
 }
 
 func round(o options) (res result, err error) {
-	res.loadBefore = loadavg()
+	res.loadBefore = process.LoadAvg()
 	env, err := controlplane.Start(controlplane.Options{APIServerFlags: map[string]string{"service-cluster-ip-range": o.serviceCIDR}})
 	if err != nil {
 		return res, err
@@ -127,45 +123,26 @@ func round(o options) (res result, err error) {
 	if err != nil {
 		return res, err
 	}
-	metricsAddr, err := freeAddr()
+	addrs, err := loopback.FreeAddrs(2)
 	if err != nil {
 		return res, err
 	}
-	healthAddr, err := freeAddr()
-	if err != nil {
-		return res, err
-	}
+	metricsAddr, healthAddr := addrs[0], addrs[1]
 	args := []string{"--kubeconfig", kubeconfig, "--leader-elect=false",
 		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", healthAddr, "--log-level", "error"}
 	args = append(args, strings.Fields(o.controllerArgs)...)
-	cmd := exec.Command(o.controller, args...)
-	logFile, err := os.Create(filepath.Join(dir, "controller.log"))
+	ctrl, err := process.Start("the controller", exec.Command(o.controller, args...), process.Options{LogFile: filepath.Join(dir, "controller.log")})
 	if err != nil {
-		return res, fmt.Errorf("controller log: %w", err)
+		return res, err
 	}
-	defer func() { _ = logFile.Close() }()
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	started := time.Now()
-	if err := cmd.Start(); err != nil {
-		return res, fmt.Errorf("starting the controller: %w", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+	started := ctrl.Started()
 	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
+		_ = ctrl.Stop()
 		if err != nil {
-			if b, readErr := os.ReadFile(logFile.Name()); readErr == nil {
-				fmt.Fprintf(os.Stderr, "controller output:\n%s\n", tail(string(b), 4000))
-			}
+			fmt.Fprintf(os.Stderr, "controller output:\n%s\n", ctrl.Output(4000))
 		}
 	}()
-	if err := waitReady(ctx, "http://"+healthAddr+"/readyz", exited); err != nil {
+	if err := ctrl.WaitHTTP(ctx, "http://"+healthAddr+"/readyz"); err != nil {
 		return res, err
 	}
 	res.readyAfter = time.Since(started)
@@ -182,11 +159,11 @@ func round(o options) (res result, err error) {
 	if err != nil {
 		return res, err
 	}
-	ctrlBefore, err := scrape(ctx, "http://"+metricsAddr+"/metrics")
+	ctrlBefore, err := metrics.Get(ctx, metricsAddr)
 	if err != nil {
 		return res, err
 	}
-	cpuBefore, err := cpuTime(cmd.Process.Pid)
+	cpuBefore, err := process.CPUTime(ctrl.PID())
 	if err != nil {
 		return res, err
 	}
@@ -272,8 +249,8 @@ func round(o options) (res result, err error) {
 	res.create = time.Since(t0)
 	select {
 	case <-done:
-	case <-exited:
-		return res, errors.New("the controller exited")
+	case <-ctrl.Done():
+		return res, ctrl.Err()
 	case <-ctx.Done():
 		mu.Lock()
 		defer mu.Unlock()
@@ -282,7 +259,7 @@ func round(o options) (res result, err error) {
 	res.services, res.statuses = servicesDone.Sub(t0), statusesDone.Sub(t0)
 
 	// Let the controller finish what it still does (events, late status rewrites) before counting.
-	ctrlAfter, err := settle(ctx, "http://"+metricsAddr+"/metrics", o.settle)
+	ctrlAfter, err := settle(ctx, metricsAddr, o.settle)
 	if err != nil {
 		return res, err
 	}
@@ -290,12 +267,12 @@ func round(o options) (res result, err error) {
 	if err != nil {
 		return res, err
 	}
-	cpuAfter, err := cpuTime(cmd.Process.Pid)
+	cpuAfter, err := process.CPUTime(ctrl.PID())
 	if err != nil {
 		return res, err
 	}
 	res.cpu = cpuAfter - cpuBefore
-	if res.peakRSS, err = peakRSS(cmd.Process.Pid); err != nil {
+	if res.peakRSS, err = process.PeakRSS(ctrl.PID()); err != nil {
 		return res, err
 	}
 	res.apiWrites = map[string]float64{}
@@ -310,19 +287,14 @@ func round(o options) (res result, err error) {
 		delete(res.apiWrites, "POST servicewithhealthchecks")
 	}
 	res.serviceW = map[string]float64{}
-	for k, v := range ctrlAfter {
-		if op, ok := strings.CutPrefix(k, `swh_controller_service_writes_total{operation="`); ok {
-			res.serviceW[strings.TrimSuffix(op, `"}`)] = v - ctrlBefore[k]
-		}
+	for _, w := range ctrlAfter.Samples("swh_controller_service_writes_total") {
+		op := w.Labels["operation"]
+		res.serviceW[op] = w.Value - ctrlBefore.Sum("swh_controller_service_writes_total", map[string]string{"operation": op})
 	}
-	res.statusW = ctrlAfter["swh_controller_status_writes_total"] - ctrlBefore["swh_controller_status_writes_total"]
-	for k, v := range ctrlAfter {
-		if strings.HasPrefix(k, "swh_controller_reconciles_total{") {
-			res.reconciles += v - ctrlBefore[k]
-		}
-	}
+	res.statusW = ctrlAfter.Sum("swh_controller_status_writes_total", nil) - ctrlBefore.Sum("swh_controller_status_writes_total", nil)
+	res.reconciles = ctrlAfter.Sum("swh_controller_reconciles_total", nil) - ctrlBefore.Sum("swh_controller_reconciles_total", nil)
 	res.controllerUp = time.Since(started)
-	res.loadAfter = loadavg()
+	res.loadAfter = process.LoadAvg()
 	return res, nil
 }
 
@@ -394,18 +366,20 @@ feed:
 
 // settle waits until the controller's write and reconcile counters stay flat for quiet and
 // returns its metrics then.
-func settle(ctx context.Context, url string, quiet time.Duration) (map[string]float64, error) {
-	key := func(m map[string]float64) string {
+func settle(ctx context.Context, metricsAddr string, quiet time.Duration) (metrics.Families, error) {
+	key := func(fams metrics.Families) string {
 		var parts []string
-		for k, v := range m {
-			if strings.HasPrefix(k, "swh_controller_") && !strings.Contains(k, "duration") {
-				parts = append(parts, fmt.Sprintf("%s=%g", k, v))
+		for name := range fams {
+			if strings.HasPrefix(name, "swh_controller_") && !strings.Contains(name, "duration") {
+				for _, s := range fams.Samples(name) {
+					parts = append(parts, fmt.Sprintf("%s%v=%g", name, s.Labels, s.Value))
+				}
 			}
 		}
 		sort.Strings(parts)
 		return strings.Join(parts, ",")
 	}
-	last, err := scrape(ctx, url)
+	last, err := metrics.Get(ctx, metricsAddr)
 	if err != nil {
 		return nil, err
 	}
@@ -416,7 +390,7 @@ func settle(ctx context.Context, url string, quiet time.Duration) (map[string]fl
 			return nil, ctx.Err()
 		case <-time.After(250 * time.Millisecond):
 		}
-		m, err := scrape(ctx, url)
+		m, err := metrics.Get(ctx, metricsAddr)
 		if err != nil {
 			return nil, err
 		}
@@ -428,45 +402,6 @@ func settle(ctx context.Context, url string, quiet time.Duration) (map[string]fl
 	return last, nil
 }
 
-var sampleLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? ([^ ]+)`)
-
-// scrape reads a Prometheus text endpoint into "name{labels}" → value.
-func scrape(ctx context.Context, url string) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scraping %s: %w", url, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	return parseMetrics(resp.Body)
-}
-
-func parseMetrics(r io.Reader) (map[string]float64, error) {
-	out := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		m := sampleLine.FindStringSubmatch(sc.Text())
-		if m == nil {
-			continue
-		}
-		v, err := strconv.ParseFloat(m[3], 64)
-		if err != nil {
-			continue
-		}
-		out[m[1]+m[2]] += v
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading metrics: %w", err)
-	}
-	return out, nil
-}
-
-var labelPair = regexp.MustCompile(`(\w+)="([^"]*)"`)
-
 // apiWrites reads the API server's apiserver_request_total and sums the requests other than
 // watches and lists by "VERB resource[/subresource]", with " (code)" for answers other than 2xx.
 func apiWrites(ctx context.Context, cs kubernetes.Interface) (map[string]float64, error) {
@@ -474,20 +409,13 @@ func apiWrites(ctx context.Context, cs kubernetes.Interface) (map[string]float64
 	if err != nil {
 		return nil, fmt.Errorf("reading the API server's /metrics: %w", err)
 	}
-	all, err := parseMetrics(strings.NewReader(string(raw)))
+	fams, err := metrics.Parse(bytes.NewReader(raw))
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]float64{}
-	for k, v := range all {
-		labels, ok := strings.CutPrefix(k, "apiserver_request_total{")
-		if !ok {
-			continue
-		}
-		l := map[string]string{}
-		for _, p := range labelPair.FindAllStringSubmatch(labels, -1) {
-			l[p[1]] = p[2]
-		}
+	for _, s := range fams.Samples("apiserver_request_total") {
+		l := s.Labels
 		if l["verb"] == "WATCH" || l["verb"] == "LIST" && l["resource"] != "pods" {
 			continue // the benchmark's informers, and the controller's start-up lists
 		}
@@ -498,90 +426,7 @@ func apiWrites(ctx context.Context, cs kubernetes.Interface) (map[string]float64
 		if !strings.HasPrefix(l["code"], "2") {
 			key += " (" + l["code"] + ")"
 		}
-		out[key] += v
+		out[key] += s.Value
 	}
 	return out, nil
-}
-
-func waitReady(ctx context.Context, url string, exited <-chan struct{}) error {
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-exited:
-			return errors.New("the controller exited before it was ready")
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w", url, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("finding a free port: %w", err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String(), nil
-}
-
-// peakRSS is VmHWM of a process, in bytes.
-func peakRSS(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, fmt.Errorf("reading the controller's status: %w", err)
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("parsing VmHWM %q: %w", v, err)
-			}
-			return kb * 1024, nil
-		}
-	}
-	return 0, errors.New("no VmHWM in /proc/<pid>/status")
-}
-
-// cpuTime is the user+system CPU time of a process (utime and stime of /proc/<pid>/stat, in
-// clock ticks of 1/100 s on Linux).
-func cpuTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, fmt.Errorf("reading the controller's stat: %w", err)
-	}
-	s := string(b)
-	// Fields after the command name, which is in parentheses and may hold spaces.
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("parsing /proc/%d/stat: %w", pid, err)
-	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
-}
-
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:3], " ")
-}
-
-func tail(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[len(s)-n:]
 }

@@ -14,17 +14,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,6 +38,9 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/testkit/loopback"
+	"github.com/deckhouse/service-with-healthchecks/testkit/metrics"
+	"github.com/deckhouse/service-with-healthchecks/testkit/process"
 )
 
 type options struct {
@@ -127,14 +127,11 @@ func run(o options) (err error) {
 		}
 	}()
 
-	agentMetrics, err := freeAddr()
+	addrs, err := loopback.FreeAddrs(2)
 	if err != nil {
 		return err
 	}
-	ctrlMetrics, err := freeAddr()
-	if err != nil {
-		return err
-	}
+	agentMetrics, ctrlMetrics := addrs[0], addrs[1]
 	stopAgent, err := start(dir, "agent", o.agentBin, "--node-name="+node, "--kubeconfig="+kubeconfig,
 		"--metrics-bind-address="+agentMetrics, "--health-probe-bind-address=0", "--lease-namespace="+leaseNS)
 	if err != nil {
@@ -167,7 +164,7 @@ func run(o options) (err error) {
 	if err != nil {
 		return err
 	}
-	agent := &promScraper{url: "http://" + agentMetrics + "/metrics"}
+	agent := &promScraper{addr: agentMetrics}
 
 	var flap []int // spread over the slices
 	for i := range o.flapping {
@@ -290,8 +287,8 @@ func measureStable(ctx context.Context, o options, api *apiScraper, agent *promS
 		statusWritesPerMin:     d.writes(isStatus) / mins,
 		otherWritesPerMin:      d.writes(other) / mins,
 		other:                  d.describe(other, mins),
-		agentSliceWritesPerMin: (g1.sum("swh_agent_endpointslice_writes_total") - g0.sum("swh_agent_endpointslice_writes_total")) / mins,
-		probesPerSec:           (g1.sum("swh_agent_probe_results_total") - g0.sum("swh_agent_probe_results_total")) / (mins * 60),
+		agentSliceWritesPerMin: (g1.Sum("swh_agent_endpointslice_writes_total", nil) - g0.Sum("swh_agent_endpointslice_writes_total", nil)) / mins,
+		probesPerSec:           (g1.Sum("swh_agent_probe_results_total", nil) - g0.Sum("swh_agent_probe_results_total", nil)) / (mins * 60),
 	}, nil
 }
 
@@ -387,8 +384,8 @@ func measureStorm(ctx context.Context, o options, bulk *cluster.BulkPods, flap [
 	res.sliceWrites = d.writes(isSlice)
 	res.statusWrites = d.writes(isStatus)
 	res.eventWrites = d.writes(func(k reqKey) bool { return k.resource == "events" })
-	res.agentSliceWrites = g1.sum("swh_agent_endpointslice_writes_total") - g0.sum("swh_agent_endpointslice_writes_total")
-	res.changes = g1.sum("swh_agent_probe_transitions_total") - g0.sum("swh_agent_probe_transitions_total")
+	res.agentSliceWrites = g1.Sum("swh_agent_endpointslice_writes_total", nil) - g0.Sum("swh_agent_endpointslice_writes_total", nil)
+	res.changes = g1.Sum("swh_agent_probe_transitions_total", nil) - g0.Sum("swh_agent_probe_transitions_total", nil)
 	res.writes = d.describe(func(reqKey) bool { return true }, time.Since(t0).Minutes())
 	if res.changes > 0 {
 		res.perChange = res.sliceWrites / res.changes
@@ -456,47 +453,24 @@ func median(vs []float64) string {
 }
 
 // start runs a program with its output in a log file; the returned function stops it by PID
-// (SIGTERM, SIGKILL after 30 s).
+// (SIGTERM, SIGKILL after 30 s) and, with WRITES_LOGS=1, prints its log.
 func start(dir, name, bin string, args ...string) (func(), error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG=")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	logPath := filepath.Join(dir, name+".log")
-	logFile, err := os.Create(logPath)
+	p, err := process.Start("the "+name, cmd, process.Options{LogFile: logPath})
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG=")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		_ = logFile.Close()
-		return nil, fmt.Errorf("starting the %s: %w", name, err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
 	return func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		_ = logFile.Close()
+		_ = p.Stop()
 		if os.Getenv("WRITES_LOGS") == "1" {
 			if b, err := os.ReadFile(logPath); err == nil {
 				fmt.Fprintf(os.Stderr, "--- %s log:\n%s\n", name, b)
 			}
 		}
 	}, nil
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String(), nil
 }
 
 // reqKey is one series of apiserver_request_total, summed over codes and scopes.
@@ -573,20 +547,15 @@ func newScraper(cfg *rest.Config) (*apiScraper, error) {
 	return &apiScraper{url: strings.TrimSuffix(cfg.Host, "/") + "/metrics", hc: hc}, nil
 }
 
-var labelRE = regexp.MustCompile(`(\w+)="([^"]*)"`)
-
 func (a *apiScraper) scrape(ctx context.Context) (counts, error) {
-	series, err := scrapeLines(ctx, a.hc, a.url, "apiserver_request_total{")
+	fams, err := metrics.Scrape(ctx, a.hc, a.url)
 	if err != nil {
 		return nil, err
 	}
 	out := counts{}
-	for labels, v := range series {
-		l := map[string]string{}
-		for _, m := range labelRE.FindAllStringSubmatch(labels, -1) {
-			l[m[1]] = m[2]
-		}
-		out[reqKey{verb: l["verb"], group: l["group"], resource: l["resource"], subresource: l["subresource"]}] += v
+	for _, s := range fams.Samples("apiserver_request_total") {
+		l := s.Labels
+		out[reqKey{verb: l["verb"], group: l["group"], resource: l["resource"], subresource: l["subresource"]}] += s.Value
 	}
 	return out, nil
 }
@@ -594,81 +563,20 @@ func (a *apiScraper) scrape(ctx context.Context) (counts, error) {
 // sliceBodyBytes returns the sum and the count of apiserver_request_body_size_bytes for
 // EndpointSlice updates.
 func (a *apiScraper) sliceBodyBytes(ctx context.Context) ([2]float64, error) {
-	series, err := scrapeLines(ctx, a.hc, a.url, "apiserver_request_body_size_bytes_")
+	fams, err := metrics.Scrape(ctx, a.hc, a.url)
 	if err != nil {
 		return [2]float64{}, err
 	}
-	var out [2]float64
-	for k, v := range series {
-		if !strings.Contains(k, `resource="endpointslices"`) || !strings.Contains(k, `verb="update"`) {
-			continue
-		}
-		switch {
-		case strings.HasPrefix(k, "apiserver_request_body_size_bytes_sum"):
-			out[0] += v
-		case strings.HasPrefix(k, "apiserver_request_body_size_bytes_count"):
-			out[1] += v
-		}
-	}
-	return out, nil
+	updates := map[string]string{"resource": "endpointslices", "verb": "update"}
+	return [2]float64{
+		fams.Sum("apiserver_request_body_size_bytes_sum", updates),
+		fams.Sum("apiserver_request_body_size_bytes_count", updates),
+	}, nil
 }
 
 // promScraper reads a program's /metrics.
-type promScraper struct{ url string }
+type promScraper struct{ addr string }
 
-type samples map[string]float64
-
-// sum adds every series of a metric.
-func (s samples) sum(name string) float64 {
-	n := 0.0
-	for k, v := range s {
-		if k == name || strings.HasPrefix(k, name+"{") {
-			n += v
-		}
-	}
-	return n
-}
-
-func (p *promScraper) scrape(ctx context.Context) (samples, error) {
-	return scrapeLines(ctx, http.DefaultClient, p.url, "swh_")
-}
-
-// scrapeLines returns the samples whose line starts with prefix, by series (name and labels).
-func scrapeLines(ctx context.Context, hc *http.Client, url, prefix string) (samples, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scraping %s: %w", url, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scraping %s: %s", url, resp.Status)
-	}
-	out := samples{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64*1024), 4*1024*1024)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, prefix) {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		out[line[:i]] = v
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", url, err)
-	}
-	return out, nil
+func (p *promScraper) scrape(ctx context.Context) (metrics.Families, error) {
+	return metrics.Get(ctx, p.addr)
 }

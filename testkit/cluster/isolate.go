@@ -45,13 +45,20 @@ func Isolated() bool {
 }
 
 // RunIsolated is a whole TestMain: it isolates the test binary (see Isolate), runs the tests,
-// then fails the package if any network namespace, link, process, nftables table or temporary
-// directory the harness made is left over.
+// runs the after steps (stopping what the package's tests shared: Main, stack.Main), then fails
+// the package if a step failed or if any network namespace, link, process, nftables table or
+// temporary directory the harness made is left over.
 //
 //	func TestMain(m *testing.M) { cluster.RunIsolated(m) }
-func RunIsolated(m *testing.M) {
+func RunIsolated(m *testing.M, after ...func() error) {
 	Isolate()
 	code := m.Run()
+	for _, step := range after {
+		if err := step(); err != nil {
+			fmt.Fprintf(os.Stderr, "cluster: after the tests: %v\n", err)
+			code = max(code, 1)
+		}
+	}
 	if Isolated() {
 		if left := Leftovers(); len(left) > 0 {
 			fmt.Fprintf(os.Stderr, "cluster: left over after the tests:\n  %s\n", strings.Join(left, "\n  "))
@@ -64,16 +71,13 @@ func RunIsolated(m *testing.M) {
 }
 
 // Isolate re-executes the test binary under its own network, mount and PID namespaces and
-// returns only inside them; the outer process exits with the tests' status. Call it first in a
-// TestMain that needs more than RunIsolated (e.g. one cluster shared by the package):
+// returns only inside them; the outer process exits with the tests' status. RunIsolated, Main
+// and stack.Main call it first; a TestMain of its own or a program calls it itself:
 //
-//	func TestMain(m *testing.M) {
+//	func main() {
 //		cluster.Isolate()
-//		c, err := cluster.New(cluster.Options{KubeProxy: true}) // skip or fail when err != nil
+//		c, err := cluster.New(cluster.Options{KubeProxy: true})
 //		...
-//		code := m.Run()
-//		c.Stop()
-//		os.Exit(code)
 //	}
 //
 // The test process, the API server, etcd, kube-proxy and anything started in-process share one

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +23,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
+	"github.com/deckhouse/service-with-healthchecks/testkit/loopback"
+	"github.com/deckhouse/service-with-healthchecks/testkit/process"
 )
 
 // kubeProxyTables are the nftables tables kube-proxy's nftables mode owns.
@@ -31,12 +32,8 @@ var kubeProxyTables = [][2]string{{"ip", "kube-proxy"}, {"ip6", "kube-proxy"}}
 
 // kubeProxy is a running kube-proxy.
 type kubeProxy struct {
-	cmd     *exec.Cmd
-	dir     string
-	logPath string
-	logFile *os.File
-	done    chan struct{}
-	waitErr error
+	proc *process.Process
+	dir  string
 }
 
 // kubeProxyConfig is kube-proxy's configuration: nftables mode, acting as node, ports bound to
@@ -74,18 +71,17 @@ func startKubeProxy(ctx context.Context, env *controlplane.Env, node string, out
 	if err != nil {
 		return nil, err
 	}
-	kp := &kubeProxy{dir: dir, done: make(chan struct{})}
 	kubeconfig, err := env.WriteKubeConfig(dir)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	healthz, err := freePort()
+	healthz, err := loopback.FreePort()
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	metrics, err := freePort()
+	metrics, err := loopback.FreePort()
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -98,103 +94,47 @@ func startKubeProxy(ctx context.Context, env *controlplane.Env, node string, out
 	if out == nil && os.Getenv("SWH_TEST_KUBEPROXY_OUTPUT") == "1" {
 		out = os.Stderr
 	}
-	if out == nil {
-		kp.logPath = filepath.Join(dir, "kube-proxy.log")
-		f, err := os.Create(kp.logPath)
-		if err != nil {
-			_ = os.RemoveAll(dir)
-			return nil, fmt.Errorf("creating kube-proxy's log: %w", err)
-		}
-		kp.logFile, out = f, f
+	cmd := exec.Command(bin, "--config", cfgPath)
+	opts := process.Options{Grace: 10 * time.Second, Group: true}
+	if out != nil {
+		cmd.Stdout, cmd.Stderr = out, out
+	} else {
+		opts.LogFile = filepath.Join(dir, "kube-proxy.log")
 	}
-	kp.cmd = exec.Command(bin, "--config", cfgPath)
-	kp.cmd.Stdout, kp.cmd.Stderr = out, out
-	kp.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := kp.cmd.Start(); err != nil {
-		kp.cleanupFiles()
-		return nil, fmt.Errorf("starting kube-proxy: %w", err)
-	}
-	go func() {
-		kp.waitErr = kp.cmd.Wait()
-		close(kp.done)
-	}()
-	// healthz answers 200 once kube-proxy has found its Node and written its rules.
-	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", healthz)
-	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		select {
-		case <-kp.done:
-			err := fmt.Errorf("kube-proxy exited during start: %w%s", kp.waitErr, kp.logTail())
-			kp.cleanupFiles()
-			return nil, err
-		default:
-		}
-		resp, err := hc.Get(url)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return kp, nil
-			}
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return kp, fmt.Errorf("kube-proxy is not healthy after a minute (%s)%s", url, kp.logTail())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// logTail is the end of kube-proxy's log file, for error messages.
-func (kp *kubeProxy) logTail() string {
-	if kp.logPath == "" {
-		return ""
-	}
-	b, err := os.ReadFile(kp.logPath)
+	// Killed if the test process dies.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	proc, err := process.Start("kube-proxy", cmd, opts)
 	if err != nil {
-		return ""
+		_ = os.RemoveAll(dir)
+		return nil, err
 	}
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
+	kp := &kubeProxy{proc: proc, dir: dir}
+	// healthz answers 200 once kube-proxy has found its Node and written its rules.
+	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := proc.WaitHTTP(waitCtx, fmt.Sprintf("http://127.0.0.1:%d/healthz", healthz)); err != nil {
+		if proc.Exited() {
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("kube-proxy exited during start: %w", err)
+		}
+		return kp, fmt.Errorf("kube-proxy is not healthy after a minute: %w; its output ends with:\n%s", err, proc.Output(4000))
 	}
-	return "; kube-proxy's log ends with:\n" + string(b)
+	return kp, nil
 }
 
-func (kp *kubeProxy) cleanupFiles() {
-	if kp.logFile != nil {
-		_ = kp.logFile.Close()
-	}
-	_ = os.RemoveAll(kp.dir)
-}
-
-// stop ends kube-proxy (SIGTERM, then SIGKILL after 10 s), deletes its nftables tables (it
-// leaves them behind on exit) and removes its files.
+// stop ends kube-proxy (SIGTERM to its process group, then SIGKILL after 10 s), deletes its
+// nftables tables (it leaves them behind on exit) and removes its files.
 func (kp *kubeProxy) stop() error {
 	var errs []error
-	_ = syscall.Kill(-kp.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-kp.done:
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-kp.cmd.Process.Pid, syscall.SIGKILL)
-		<-kp.done
-	}
+	_ = kp.proc.Stop() // a kube-proxy that had to be killed has still stopped
 	for _, tbl := range kubeProxyTables {
 		out, err := exec.Command("nft", "delete", "table", tbl[0], tbl[1]).CombinedOutput()
 		if err != nil && !bytes.Contains(out, []byte("No such file or directory")) {
 			errs = append(errs, fmt.Errorf("deleting nftables table %s %s: %w: %s", tbl[0], tbl[1], err, bytes.TrimSpace(out)))
 		}
 	}
-	kp.cleanupFiles()
+	_ = os.RemoveAll(kp.dir)
 	return errors.Join(errs...)
-}
-
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // ProgrammedEndpoints returns the endpoints ("ip:port", sorted) that kube-proxy's nftables rules
@@ -327,5 +267,5 @@ func (c *Cluster) KubeProxyPID() int {
 	if c.kubeProxy == nil {
 		return 0
 	}
-	return c.kubeProxy.cmd.Process.Pid
+	return c.kubeProxy.proc.PID()
 }

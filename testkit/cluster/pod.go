@@ -23,6 +23,8 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/deckhouse/service-with-healthchecks/testkit/process"
 )
 
 // PodSpec describes a pod to add.
@@ -61,7 +63,7 @@ type Pod struct {
 	zone     string
 	mu       sync.Mutex
 	servers  map[*Server]struct{}
-	procs    map[*exec.Cmd]chan struct{}
+	procs    map[*exec.Cmd]*process.Process
 	removed  bool
 	removeMu sync.Mutex
 	// gone is set when removal starts; servers refuse to start from then on.
@@ -113,7 +115,7 @@ func (c *Cluster) NewPod(ctx context.Context, spec PodSpec) (p *Pod, err error) 
 	}
 	p = &Pod{
 		Namespace: spec.Namespace, Name: spec.Name, Node: spec.Node, IP: podIP,
-		c: c, zone: node.Zone, servers: map[*Server]struct{}{}, procs: map[*exec.Cmd]chan struct{}{},
+		c: c, zone: node.Zone, servers: map[*Server]struct{}{}, procs: map[*exec.Cmd]*process.Process{},
 	}
 	c.mu.Lock()
 	c.pods[p] = struct{}{}
@@ -308,16 +310,16 @@ func (p *Pod) remove(ctx context.Context) error {
 	for s := range p.servers {
 		servers = append(servers, s)
 	}
-	procs := make(map[*exec.Cmd]chan struct{}, len(p.procs))
-	for cmd, done := range p.procs {
-		procs[cmd] = done
+	procs := make([]*process.Process, 0, len(p.procs))
+	for _, proc := range p.procs {
+		procs = append(procs, proc)
 	}
 	p.mu.Unlock()
 	for _, s := range servers {
 		s.Stop()
 	}
-	for cmd, done := range procs {
-		stopProcess(cmd, done)
+	for _, proc := range procs {
+		_ = proc.Stop() // one that had to be killed has still stopped
 	}
 	if p.c.Env != nil {
 		if err := p.deleteObject(ctx); err != nil {
@@ -425,47 +427,35 @@ func (p *Pod) Run(t testing.TB, name string, args ...string) *exec.Cmd {
 }
 
 // StartProcess starts a command made by Command and stops it with the pod or at the end of the
-// test, whichever comes first.
+// test, whichever comes first. Output the command does not send elsewhere is discarded.
 func (p *Pod) StartProcess(t testing.TB, cmd *exec.Cmd) {
 	t.Helper()
 	if p.Netns == "" {
 		t.Fatalf("pod %s has no network namespace (ObjectOnly)", p.Key())
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %v in pod %s: %v", cmd.Args, p.Key(), err)
+	if cmd.Stdout == nil && cmd.Stderr == nil {
+		cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
+	proc, err := process.Start(fmt.Sprintf("%v in pod %s", cmd.Args, p.Key()), cmd, process.Options{Grace: 10 * time.Second, Group: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	p.mu.Lock()
-	p.procs[cmd] = done
+	p.procs[cmd] = proc
 	p.mu.Unlock()
 	t.Cleanup(func() { p.StopProcess(cmd) })
 }
 
-// StopProcess stops a process started in the pod and waits for it.
+// StopProcess stops a process started in the pod (SIGTERM to its process group, SIGKILL after
+// 10 s) and waits for it.
 func (p *Pod) StopProcess(cmd *exec.Cmd) {
 	p.mu.Lock()
-	done, ok := p.procs[cmd]
+	proc, ok := p.procs[cmd]
 	delete(p.procs, cmd)
 	p.mu.Unlock()
 	if ok {
-		stopProcess(cmd, done)
+		_ = proc.Stop()
 	}
-}
-
-func stopProcess(cmd *exec.Cmd, done chan struct{}) {
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-	}
-	// Children that left the group's leader behind.
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 }
 
 // testLogWriter sends lines to t.Log while the test runs.

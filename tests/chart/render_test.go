@@ -232,6 +232,18 @@ func assertAgent(t *testing.T, tc valueSetCase, d *appsv1.DaemonSet) {
 	require.NotNil(t, nodeName.ValueFrom)
 	require.NotNil(t, nodeName.ValueFrom.FieldRef)
 	assert.Equal(t, "spec.nodeName", nodeName.ValueFrom.FieldRef.FieldPath)
+	// GOMEMLIMIT is the container's own memory limit, which must exist: without one the
+	// downward API would give the node's allocatable memory.
+	memLimit := bundle.Env(c, "GOMEMLIMIT")
+	require.NotNil(t, memLimit, "GOMEMLIMIT is set")
+	require.NotNil(t, memLimit.ValueFrom)
+	require.NotNil(t, memLimit.ValueFrom.ResourceFieldRef, "GOMEMLIMIT comes from the downward API")
+	assert.Equal(t, "limits.memory", memLimit.ValueFrom.ResourceFieldRef.Resource)
+	assert.Contains(t, []string{"", "agent"}, memLimit.ValueFrom.ResourceFieldRef.ContainerName, "the agent's own limit")
+	assert.True(t, memLimit.ValueFrom.ResourceFieldRef.Divisor.IsZero() || memLimit.ValueFrom.ResourceFieldRef.Divisor.Value() == 1,
+		"in bytes, the unit GOMEMLIMIT reads without a suffix")
+	_, hasLimit := c.Resources.Limits[corev1.ResourceMemory]
+	assert.True(t, hasLimit, "the agent has a memory limit for GOMEMLIMIT to follow")
 	want := map[string]string{
 		"node-name":       "$(NODE_NAME)",
 		"lease-namespace": bundle.Namespace,

@@ -17,67 +17,22 @@
 package postgres_test
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"os"
-	"strings"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/stretchr/testify/require"
-
-	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
 )
 
-var (
-	sharedOnce sync.Once
-	shared     *stack.Stack
-	sharedErr  error
-)
+// shared is one stack (API server, nodes node-a and node-b, kube-proxy, two controllers, two
+// agents) for the tests and the benchmark; each uses its own Kubernetes namespace and servers.
+var shared stack.Shared
 
-// TestMain isolates the binary (own network, mount and PID namespaces) and shares one stack
-// (API server, nodes node-a and node-b, kube-proxy, two controllers, two agents) between the
-// tests and the benchmark; each uses its own Kubernetes namespace and servers. Whatever they
-// leave is an error.
-func TestMain(m *testing.M) {
-	cluster.Isolate()
-	code := m.Run()
-	if shared != nil {
-		if err := shared.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping the stack:", err)
-			code = 1
-		}
-	}
-	if cluster.Isolated() {
-		if left := cluster.Leftovers(); len(left) > 0 {
-			fmt.Fprintf(os.Stderr, "left over after the tests:\n  %s\n", strings.Join(left, "\n  "))
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+// TestMain isolates the binary (own network, mount and PID namespaces), stops the shared stack
+// after the tests and fails the package if they leave anything.
+func TestMain(m *testing.M) { stack.Main(m, stack.Options{}, &shared) }
 
 // testStack returns the shared stack, started by the first test that needs it; it skips the
 // test without root (network namespaces, nftables and PostgreSQL's runuser need it).
 func testStack(t testing.TB) *stack.Stack {
 	t.Helper()
-	cluster.SkipUnlessIsolated(t)
-	sharedOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		shared, sharedErr = stack.New(ctx, stack.Options{})
-	})
-	if errors.Is(sharedErr, cluster.ErrNotRoot) {
-		t.Skipf("stack: %v", sharedErr)
-	}
-	require.NoError(t, sharedErr, "starting the stack")
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("programs' logs (from %s):\n%s", shared.LogDir, shared.Logs(32<<10))
-		}
-	})
-	return shared
+	return shared.Get(t)
 }

@@ -12,76 +12,28 @@
 package traffic_test
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"os"
-	"strings"
-	"sync"
 	"testing"
-	"time"
-
-	"github.com/stretchr/testify/require"
 
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
 )
 
-var (
-	sharedOnce  sync.Once
-	shared      *stack.Stack
-	sharedErr   error
-	sharedMu    sync.Mutex // serialises the tests' use of the shared programs
-	stackLogDir string
-)
+// shared is one stack (API server, nodes node-a and node-b, kube-proxy, two controllers, two
+// agents) for the tests; each test uses its own Kubernetes namespace.
+var shared stack.Shared
 
-// TestMain isolates the binary (own network, mount and PID namespaces) and shares one stack
-// (API server, nodes node-a and node-b, kube-proxy, two controllers, two agents) between the
-// tests; each test uses its own Kubernetes namespace. Whatever the tests leave is an error.
+// TestMain isolates the binary (own network, mount and PID namespaces), stops the shared stack
+// after the tests and fails the package if they leave anything.
 func TestMain(m *testing.M) {
-	cluster.Isolate()
-	code := m.Run()
-	if shared != nil {
-		if err := shared.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping the stack:", err)
-			code = 1
-		}
-	}
-	if cluster.Isolated() {
-		if left := cluster.Leftovers(); len(left) > 0 {
-			fmt.Fprintf(os.Stderr, "left over after the tests:\n  %s\n", strings.Join(left, "\n  "))
-			code = 1
-		}
-	}
-	os.Exit(code)
+	stack.Main(m, stack.Options{
+		Nodes: []cluster.Node{{Name: "node-a", Zone: "zone-a"}, {Name: "node-b", Zone: "zone-b"}},
+	}, &shared)
 }
 
 // testStack returns the shared stack, started by the first test that needs it; it skips the
-// test without root. The tests of this package do not run in parallel: scenario 5 restarts the
+// test without root. The test holds the stack alone until it ends: scenario 5 restarts the
 // shared programs.
 func testStack(t *testing.T) *stack.Stack {
 	t.Helper()
-	cluster.SkipUnlessIsolated(t)
-	sharedOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		shared, sharedErr = stack.New(ctx, stack.Options{
-			Nodes: []cluster.Node{{Name: "node-a", Zone: "zone-a"}, {Name: "node-b", Zone: "zone-b"}},
-		})
-		if shared != nil {
-			stackLogDir = shared.LogDir
-		}
-	})
-	if errors.Is(sharedErr, cluster.ErrNotRoot) {
-		t.Skipf("stack: %v", sharedErr)
-	}
-	require.NoError(t, sharedErr, "starting the stack")
-	sharedMu.Lock()
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("programs' logs (from %s):\n%s", stackLogDir, shared.Logs(32<<10))
-		}
-		sharedMu.Unlock()
-	})
-	return shared
+	return shared.Get(t)
 }

@@ -16,7 +16,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -30,7 +29,6 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
-	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/credentials"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/lease"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
@@ -89,6 +87,8 @@ type Agent struct {
 	Metrics   *metrics.Metrics
 	Scheduler *scheduler.Scheduler
 	opts      Options
+	// direct reads and writes without the manager's caches (the upgrade's relabelling).
+	direct client.Client
 }
 
 // New builds an agent.
@@ -129,9 +129,16 @@ func New(opts Options) (*Agent, error) {
 			// Only this node's pods: the per-node program narrows its cache, it does not
 			// filter after listing the whole cluster.
 			&corev1.Pod{}: {Field: fields.OneTermEqualSelector("spec.nodeName", opts.NodeName)},
-			// Only this module's slices (of every node: a name another node's slice holds
-			// is a collision to report, not to overwrite).
-			&discoveryv1.EndpointSlice{}: {Label: labels.SelectorFromSet(labels.Set{discoveryv1.LabelManagedBy: slicemeta.ManagedBy})},
+			// Only this module's slices of this node: the agent's memory and watch traffic do
+			// not grow with other nodes. A name another node's slice holds is found taken
+			// when the agent creates it (the publisher reads it and refuses it).
+			&discoveryv1.EndpointSlice{}: {Label: labels.SelectorFromSet(labels.Set{
+				discoveryv1.LabelManagedBy: slicemeta.ManagedBy,
+				slicemeta.LabelNodeKey:     slicemeta.NodeKey(opts.NodeName),
+			})},
+			// Only this agent's own Node, watched by name as MetalLB's speaker does: its zone
+			// labels the endpoints from the first write and follows a relabelled node.
+			&corev1.Node{}: {Field: fields.OneTermEqualSelector("metadata.name", opts.NodeName)},
 		}},
 		Metrics:                metricsserver.Options{BindAddress: opts.MetricsBindAddress},
 		HealthProbeBindAddress: opts.HealthProbeBindAddress,
@@ -143,11 +150,15 @@ func New(opts Options) (*Agent, error) {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("adding the health check: %w", err)
 	}
+	for name, fn := range sliceIndexes {
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &discoveryv1.EndpointSlice{}, name, fn); err != nil {
+			return nil, fmt.Errorf("indexing EndpointSlices (%s): %w", name, err)
+		}
+	}
 	m := metrics.New(reg)
 
 	r := &Reconciler{
 		Client:  mgr.GetClient(),
-		Reader:  mgr.GetAPIReader(),
 		Node:    opts.NodeName,
 		Metrics: m,
 		Log:     opts.Logger.WithName("reconciler"),
@@ -174,13 +185,8 @@ func New(opts Options) (*Agent, error) {
 		Logger:   opts.Logger.WithName("scheduler"),
 	})
 	r.Scheduler = sched
-	r.Publisher = &publisher.Publisher{
-		Client:   mgr.GetClient(),
-		Reader:   mgr.GetAPIReader(),
-		Recorder: mgr.GetEventRecorder(ControllerName),
-		Metrics:  m,
-	}
-	r.Recorder = r.Publisher.Recorder
+	r.Publisher = &publisher.Publisher{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Metrics: m}
+	r.Recorder = mgr.GetEventRecorder(ControllerName)
 	if err := mgr.Add(sched); err != nil {
 		return nil, fmt.Errorf("adding the scheduler: %w", err)
 	}
@@ -216,11 +222,30 @@ func New(opts Options) (*Agent, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("adding the readiness check: %w", err)
 	}
-	return &Agent{Manager: mgr, Metrics: m, Scheduler: sched, opts: opts}, nil
+	// Not ready, and not publishing (Reconcile), until the agent's own Node has been read.
+	if err := mgr.AddReadyzCheck("node", func(req *http.Request) error {
+		if err := mgr.GetCache().Get(req.Context(), client.ObjectKey{Name: opts.NodeName}, &corev1.Node{}); err != nil {
+			return fmt.Errorf("node %s not read yet: %w", opts.NodeName, err)
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("adding the readiness check: %w", err)
+	}
+	direct, err := client.New(opts.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("creating the direct client: %w", err)
+	}
+	return &Agent{Manager: mgr, Metrics: m, Scheduler: sched, opts: opts, direct: direct}, nil
 }
 
 // Run runs the agent until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
+	// Before the caches start: slices published by an agent that did not label them with
+	// their node key are labelled, so the node-filtered cache holds them and the first
+	// reconcile carries their verdicts over (an upgrade does not flap).
+	if err := labelOwnSlices(ctx, a.direct, a.opts.NodeName, a.opts.Logger.WithName("upgrade")); err != nil {
+		return err
+	}
 	if err := a.Manager.Start(ctx); err != nil {
 		return fmt.Errorf("running the agent: %w", err)
 	}
@@ -236,18 +261,4 @@ func ProberRunner(p *prober.Prober) scheduler.Runner {
 		}
 		return scheduler.Outcome{Pass: res.Outcome == prober.Success, Reason: res.Reason}
 	})
-}
-
-// refsOf are the credential Secrets the probes of a resource reference.
-func refsOf(swh *v1alpha1.ServiceWithHealthchecks) []types.NamespacedName {
-	if swh.Spec.Healthcheck == nil {
-		return nil
-	}
-	var out []types.NamespacedName
-	for _, p := range swh.Spec.Healthcheck.Probes {
-		if p.PostgreSQL != nil && p.PostgreSQL.AuthSecretName != "" {
-			out = append(out, types.NamespacedName{Namespace: swh.Namespace, Name: p.PostgreSQL.AuthSecretName})
-		}
-	}
-	return out
 }

@@ -2,11 +2,7 @@ package agent_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"os"
 	"sort"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,46 +26,24 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 )
 
-var (
-	sharedOnce sync.Once
-	shared     *cluster.Cluster
-	sharedErr  error
-)
+// shared is one cluster (API server, two nodes, one kube-proxy) for the tests; each test uses
+// its own namespace.
+var shared cluster.Shared
 
-// TestMain isolates the binary (own network, mount and PID namespaces) and shares one cluster
-// (API server, two nodes, one kube-proxy) between the tests; each test uses its own namespace.
+// TestMain isolates the binary (own network, mount and PID namespaces), stops the shared
+// cluster after the tests and fails the package if they leave anything.
 func TestMain(m *testing.M) {
-	cluster.Isolate()
-	code := m.Run()
-	if shared != nil {
-		if err := shared.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping the cluster:", err)
-			code = 1
-		}
-	}
-	if cluster.Isolated() {
-		if left := cluster.Leftovers(); len(left) > 0 {
-			fmt.Fprintf(os.Stderr, "left over after the tests:\n  %s\n", strings.Join(left, "\n  "))
-			code = 1
-		}
-	}
-	os.Exit(code)
+	cluster.Main(m, cluster.Options{
+		KubeProxy: true,
+		Nodes:     []cluster.Node{{Name: "node-a", Zone: "zone-a"}, {Name: "node-b", Zone: "zone-b"}},
+	}, &shared)
 }
 
-// testCluster returns the shared cluster; it skips the test without root.
+// testCluster returns the shared cluster, started by the first test that needs it; it skips the
+// test without root.
 func testCluster(t *testing.T) *cluster.Cluster {
 	t.Helper()
-	sharedOnce.Do(func() {
-		shared, sharedErr = cluster.New(cluster.Options{
-			KubeProxy: true,
-			Nodes:     []cluster.Node{{Name: "node-a", Zone: "zone-a"}, {Name: "node-b", Zone: "zone-b"}},
-		})
-	})
-	if errors.Is(sharedErr, cluster.ErrNotRoot) {
-		t.Skipf("cluster: %v", sharedErr)
-	}
-	require.NoError(t, sharedErr)
-	return shared
+	return shared.Get(t)
 }
 
 // runningAgent is an agent started in this process for one node.
@@ -144,7 +118,8 @@ func tcpProbe(port intstr.IntOrString, success, failure int32) v1alpha1.Probe {
 }
 
 // createResource creates a ServiceWithHealthchecks (probes every second, from pod start) and,
-// standing in for the controller, its child Service with an empty selector.
+// standing in for the controller, its child Service with an empty selector and the status that
+// says the Service is the resource's own.
 func createResource(t *testing.T, c *cluster.Cluster, ns, name string, selector map[string]string, ports []v1alpha1.ServicePort, probes ...v1alpha1.Probe) *v1alpha1.ServiceWithHealthchecks {
 	t.Helper()
 	swh := &v1alpha1.ServiceWithHealthchecks{
@@ -163,6 +138,10 @@ func createResource(t *testing.T, c *cluster.Cluster, ns, name string, selector 
 		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: p.Name, Port: p.Port, Protocol: p.Protocol, TargetPort: p.TargetPort})
 	}
 	require.NoError(t, c.Env.Client.Create(t.Context(), svc))
+	// The controller reports the Service as the resource's own (status.clusterIP): the agents
+	// publish only then.
+	swh.Status.ClusterIP = svc.Spec.ClusterIP
+	require.NoError(t, c.Env.Client.Status().Update(t.Context(), swh))
 	return swh
 }
 

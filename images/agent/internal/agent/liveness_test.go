@@ -1,19 +1,12 @@
 package agent_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,7 +22,8 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/agent"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
-	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
+	"github.com/deckhouse/service-with-healthchecks/testkit/loopback"
+	promtext "github.com/deckhouse/service-with-healthchecks/testkit/metrics"
 	"github.com/deckhouse/service-with-healthchecks/testkit/process"
 )
 
@@ -53,65 +47,29 @@ func withLease(t *testing.T, c *cluster.Cluster, ns, node string) agentOpt {
 // controllerProcess is the controller program running against the cluster's API server.
 type controllerProcess struct {
 	metricsAddr string
-	pid         int
+	proc        *process.Process
 }
 
-// built is the controller program, built once per test binary.
-var built struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// controllerBinary builds the controller program on first use (linking it takes long on a busy
-// machine) into a directory under the isolated binary's TMPDIR, a private tmpfs that vanishes
-// with the test binary.
-func controllerBinary(t *testing.T) string {
-	t.Helper()
-	built.once.Do(func() {
-		root, err := controlplane.RepoRoot()
-		if err != nil {
-			built.err = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "swh-controller-")
-		if err != nil {
-			built.err = err
-			return
-		}
-		built.path = filepath.Join(dir, "controller")
-		build := exec.Command("go", "build", "-o", built.path, "./cmd/controller")
-		build.Dir = filepath.Join(root, "images", "controller")
-		if out, err := build.CombinedOutput(); err != nil {
-			built.err = fmt.Errorf("building the controller: %w: %s", err, out)
-		}
-	})
-	require.NoError(t, built.err)
-	return built.path
-}
-
-// startController runs the controller program (built once per test binary) with the liveness
-// runner judging the Leases of leaseNS with livenessGrace; it is stopped (by its PID) when the
-// test ends. Leader election is off (unless extraArgs turn it on): a frozen API server must not
-// make it lose leadership and exit.
+// startController runs the controller program (built once per test binary: process.Build)
+// with the liveness runner judging the Leases of leaseNS with livenessGrace; it is stopped (by
+// its PID) when the test ends. Leader election is off (unless extraArgs turn it on): a frozen
+// API server must not make it lose leadership and exit.
 func startController(t *testing.T, c *cluster.Cluster, leaseNS string, extraArgs ...string) *controllerProcess {
 	t.Helper()
-	bin := controllerBinary(t)
+	bin, err := process.Build("images/controller", "./cmd/controller")
+	require.NoError(t, err)
 	dir := t.TempDir()
 	kubeconfig, err := c.Env.WriteKubeConfig(dir)
 	require.NoError(t, err)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	metricsAddr, err := loopback.FreeAddr()
 	require.NoError(t, err)
-	metricsAddr := l.Addr().String()
-	require.NoError(t, l.Close())
 
 	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--metrics-bind-address="+metricsAddr, //nolint:gosec // our own binary
 		"--health-probe-bind-address=0", "--leader-elect=false", "--agent-lease-namespace="+leaseNS,
 		"--agent-lost-grace="+livenessGrace.String())
 	cmd.Args = append(cmd.Args, extraArgs...) // later flags win
 	cmd.Env = append(os.Environ(), "KUBECONFIG=")
-	process.StartForTest(t, "controller", cmd)
-	p := &controllerProcess{metricsAddr: metricsAddr, pid: cmd.Process.Pid}
+	p := &controllerProcess{metricsAddr: metricsAddr, proc: process.StartForTest(t, "controller", cmd)}
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		_, err := p.metric(t.Context(), "swh_controller_withdrawn_slices_total")
 		assert.NoError(ct, err)
@@ -122,38 +80,22 @@ func startController(t *testing.T, c *cluster.Cluster, leaseNS string, extraArgs
 // stop stops the controller (SIGTERM to its PID) and waits until its process is gone.
 func (p *controllerProcess) stop(t *testing.T) {
 	t.Helper()
-	require.NoError(t, syscall.Kill(p.pid, syscall.SIGTERM))
-	require.Eventually(t, p.exited, 60*time.Second, 50*time.Millisecond, "the controller exits on SIGTERM")
+	require.NoError(t, p.proc.Stop(), "the controller exits on SIGTERM")
 }
 
 // exited tells whether the controller's process is gone (and reaped).
-func (p *controllerProcess) exited() bool {
-	_, err := os.Stat(fmt.Sprintf("/proc/%d", p.pid))
-	return os.IsNotExist(err)
-}
+func (p *controllerProcess) exited() bool { return p.proc.Exited() }
 
 // metric reads a metric of the controller: name is the metric's name with its labels as
 // exposed, e.g. `x_total{reason="a"}`.
 func (p *controllerProcess) metric(ctx context.Context, name string) (float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metricsAddr+"/metrics", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
+	fams, err := promtext.Get(ctx, p.metricsAddr)
 	if err != nil {
 		return 0, fmt.Errorf("scraping the controller: %w", err)
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			return strconv.ParseFloat(v, 64)
-		}
-	}
-	return 0, fmt.Errorf("metric %s not found", name)
+	return fams.Value(name)
 }
 
 // metricIs reports whether the metric reads want; a failed scrape (a busy machine) reads as

@@ -10,7 +10,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
@@ -18,7 +17,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/portrule"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/publisher"
-	agentslices "github.com/deckhouse/service-with-healthchecks/images/agent/internal/slices"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/sliceplan"
 )
 
 // An update computed from a stale version is retried on the latest one, keeping what others
@@ -33,26 +32,19 @@ func TestAConflictingUpdateIsRetriedOnTheLatestVersion(t *testing.T) {
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "198.18.251.1", PodIPs: []corev1.PodIP{{IP: "198.18.251.1"}},
 			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 	}
-	desired := func(ready bool) []agentslices.Desired {
+	desired := func(ready bool) []sliceplan.Desired {
 		p := pod.DeepCopy()
 		if !ready {
 			p.Status.Conditions[0].Status = corev1.ConditionFalse
 		}
-		return agentslices.Compute(agentslices.Input{Resource: swh, Node: "node-a",
-			Pods: []agentslices.Pod{{Pod: p, Endpoints: portrule.Evaluate(&swh.Spec, p, nil)}}})
+		return sliceplan.Compute(sliceplan.Input{Resource: swh, Node: "node-a",
+			Pods: []sliceplan.Pod{{Pod: p, Endpoints: portrule.Evaluate(&swh.Spec, p, nil)}}})
 	}
 	m := metrics.New(nil)
-	pub := &publisher.Publisher{Client: c.Env.Client, Reader: c.Env.Client, Recorder: events.NewFakeRecorder(10), Metrics: m}
-	keys := func(ds []agentslices.Desired) map[string]slicemeta.SliceKey {
-		out := map[string]slicemeta.SliceKey{}
-		for _, d := range ds {
-			out[d.Slice.Name] = d.Key
-		}
-		return out
-	}
+	pub := &publisher.Publisher{Client: c.Env.Client, Reader: c.Env.Client, Metrics: m}
 
 	first := desired(true)
-	_, err := pub.Apply(t.Context(), swh, agentslices.Diff("web", swh.UID, "node-a", first, nil), keys(first))
+	_, err := pub.Apply(t.Context(), sliceplan.Diff("web", swh.UID, "node-a", first, nil))
 	require.NoError(t, err)
 	stale := &discoveryv1.EndpointSlice{}
 	require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "web-http-node-a"}, stale))
@@ -63,9 +55,9 @@ func TestAConflictingUpdateIsRetriedOnTheLatestVersion(t *testing.T) {
 	require.NoError(t, c.Env.Client.Update(t.Context(), other))
 
 	next := desired(false)
-	plan := agentslices.Diff("web", swh.UID, "node-a", next, map[string]*discoveryv1.EndpointSlice{stale.Name: stale})
+	plan := sliceplan.Diff("web", swh.UID, "node-a", next, map[string]*discoveryv1.EndpointSlice{stale.Name: stale})
 	require.Len(t, plan.Update, 1)
-	_, err = pub.Apply(t.Context(), swh, plan, keys(next))
+	_, err = pub.Apply(t.Context(), plan)
 	require.NoError(t, err)
 	got := &discoveryv1.EndpointSlice{}
 	require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKeyFromObject(stale), got))
@@ -80,9 +72,9 @@ func TestAConflictingUpdateIsRetriedOnTheLatestVersion(t *testing.T) {
 	taken.Labels[slicemeta.LabelResource] = "someone-else"
 	require.NoError(t, c.Env.Client.Update(t.Context(), taken))
 	again := desired(true)
-	plan = agentslices.Diff("web", swh.UID, "node-a", again, map[string]*discoveryv1.EndpointSlice{stale.Name: stale})
+	plan = sliceplan.Diff("web", swh.UID, "node-a", again, map[string]*discoveryv1.EndpointSlice{stale.Name: stale})
 	require.Len(t, plan.Update, 1)
-	_, err = pub.Apply(t.Context(), swh, plan, keys(again))
+	_, err = pub.Apply(t.Context(), plan)
 	require.ErrorContains(t, err, "no longer ours")
 	require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKeyFromObject(stale), got))
 	assert.Equal(t, taken.ResourceVersion, got.ResourceVersion, "nothing was written to a slice that is not ours")

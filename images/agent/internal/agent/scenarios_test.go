@@ -3,7 +3,6 @@ package agent_test
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -27,9 +26,9 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/agent"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
-	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/publisher"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/scheduler"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/testkit/loopback"
 )
 
 var vmPorts = []corev1.ContainerPort{
@@ -262,8 +261,13 @@ func TestALongNodeNameGivesValidStableSliceNames(t *testing.T) {
 	node := strings.Repeat("n", 60) + "." + strings.Repeat("o", 60) + "." + strings.Repeat("d", 60) + "." + strings.Repeat("e", 57)
 	require.Len(t, node, 240)
 	labels := map[string]string{"app": "web"}
-	// The pod runs on a node the harness cannot create (its hostname label would be too long):
-	// its object names the node and an address nothing dials (the resources have no probes).
+	// The pod runs on a node the harness does not run (its hostname label would be too long):
+	// the Node object exists without one (the agent publishes only once it has read its Node),
+	// and the pod's object names the node and an address nothing dials (the resources have no
+	// probes).
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	require.NoError(t, c.Env.Client.Create(t.Context(), n))
+	t.Cleanup(func() { _ = c.Env.Client.Delete(context.Background(), n) })
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-0", Labels: labels},
 		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "testkit.invalid/pod", Ports: vmPorts}}},
@@ -407,14 +411,7 @@ func TestANameHeldByAnotherObjectIsNotWritten(t *testing.T) {
 	ns := c.Env.CreateNamespaceForTest(t, "taken")
 	labels := map[string]string{"app": "web"}
 	p := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-0", Node: "node-a", Labels: labels, ContainerPorts: vmPorts, ObjectOnly: true})
-	port := int32(1)
-	portName := "smtp"
-	foreign := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: "web-smtp-node-a", Labels: map[string]string{discoveryv1.LabelManagedBy: "someone-else"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: &portName, Port: &port}},
-	}
-	require.NoError(t, c.Env.Client.Create(t.Context(), foreign))
+	foreign := createForeignSlice(t, c, ns, "web-smtp-node-a")
 	// Two live resources whose names collide: "web" + port "smtp-node" would be "web-smtp-node-node-a",
 	// and "web-smtp" + port "node" is the same name.
 	createResource(t, c, ns, "web", labels, []v1alpha1.ServicePort{namedPort("http", 80, intstr.FromInt32(8080)), namedPort("smtp", 25, intstr.FromInt32(2525)), namedPort("smtp-node", 26, intstr.FromInt32(2526))})
@@ -423,8 +420,8 @@ func TestANameHeldByAnotherObjectIsNotWritten(t *testing.T) {
 	createResource(t, c, ns, "web-smtp", labels, []v1alpha1.ServicePort{namedPort("node", 80, intstr.FromInt32(8080)), namedPort("other", 81, intstr.FromInt32(8081))})
 	eventuallySlices(t, c, ns, "web-smtp", map[string]map[string]string{"web-smtp-other-node-a": {ip(p): "TTF"}})
 
-	eventuallyEvent(t, c, ns, publisher.ReasonSliceNameTaken, "web: EndpointSlice web-smtp-node-a is held by a slice managed by someone-else")
-	eventuallyEvent(t, c, ns, publisher.ReasonSliceNameTaken, `web-smtp: EndpointSlice web-smtp-node-node-a is held by the slice of resource "web", port "smtp-node"`)
+	eventuallyEvent(t, c, ns, agent.ReasonSliceNameTaken, "web: EndpointSlice web-smtp-node-a is held by a slice managed by someone-else")
+	eventuallyEvent(t, c, ns, agent.ReasonSliceNameTaken, `web-smtp: EndpointSlice web-smtp-node-node-a is held by the slice of resource "web", port "smtp-node"`)
 
 	got := &discoveryv1.EndpointSlice{}
 	require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKeyFromObject(foreign), got))
@@ -531,10 +528,8 @@ var globalRegistryFree = func() *atomic.Bool { var b atomic.Bool; b.Store(true);
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := loopback.FreeAddr()
 	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
 	return addr
 }
 

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
 )
 
 // Error says why a referenced Secret cannot be used. Its message names the Secret and the
@@ -145,21 +146,17 @@ func (s *Store) Lookup(namespace, name string) (*Credentials, error) {
 	}
 }
 
-// Problem kinds of a referenced Secret that cannot be used, as Problems counts them.
+// Problem kinds of a referenced Secret that cannot be used, as Problems counts them: the label
+// values of the agent's problem gauge, defined once in package metrics.
 const (
-	// ProblemMissing: the Secret does not exist (the watch is synced and found nothing).
-	ProblemMissing = "missing"
-	// ProblemWrongType: the Secret exists with another type than the credential type.
-	ProblemWrongType = "wrong_type"
-	// ProblemMalformed: the Secret has the credential type but its keys are wrong.
-	ProblemMalformed = "malformed"
-	// ProblemUnreadable: the Secret cannot be read (e.g. Forbidden: the agent's Role does not
-	// name it yet) and was never loaded.
-	ProblemUnreadable = "unreadable"
+	ProblemMissing    = metrics.ProblemMissing
+	ProblemWrongType  = metrics.ProblemWrongType
+	ProblemMalformed  = metrics.ProblemMalformed
+	ProblemUnreadable = metrics.ProblemUnreadable
 )
 
 // ProblemKinds are all problem kinds, in a fixed order.
-var ProblemKinds = []string{ProblemMissing, ProblemWrongType, ProblemMalformed, ProblemUnreadable}
+var ProblemKinds = metrics.CredentialProblemKinds
 
 // Problems counts the referenced Secrets that cannot be used, by problem kind (every kind is
 // present, zero when none). Secrets still loading are not counted.

@@ -61,9 +61,23 @@ type Metrics struct {
 	LeaseRenewErrors prometheus.Counter
 }
 
-// CredentialProblemKinds are the values of the problem label of
-// swh_agent_credential_secret_problems (the credentials store's problem kinds).
-var CredentialProblemKinds = []string{"missing", "wrong_type", "malformed", "unreadable"}
+// The kinds of credential Secret problems: the values of the problem label of
+// swh_agent_credential_secret_problems, and the kinds the credentials store classifies Secrets
+// into (credentials.Store.Problems).
+const (
+	// ProblemMissing: the Secret does not exist (the watch is synced and found nothing).
+	ProblemMissing = "missing"
+	// ProblemWrongType: the Secret exists with another type than the credential type.
+	ProblemWrongType = "wrong_type"
+	// ProblemMalformed: the Secret has the credential type but its keys are wrong.
+	ProblemMalformed = "malformed"
+	// ProblemUnreadable: the Secret cannot be read (e.g. Forbidden: the agent's Role does not
+	// name it yet) and was never loaded.
+	ProblemUnreadable = "unreadable"
+)
+
+// CredentialProblemKinds are all problem kinds, in a fixed order.
+var CredentialProblemKinds = []string{ProblemMissing, ProblemWrongType, ProblemMalformed, ProblemUnreadable}
 
 // CredentialProblems is the gauge swh_agent_credential_secret_problems{problem}, computed at
 // scrape time from a source (the credentials store): a Secret that turns missing without an

@@ -49,7 +49,8 @@ type Results map[int]ProbeResult
 
 // Endpoint is the pod on one Service port.
 type Endpoint struct {
-	// PortIndex is the index of the Service port in spec.ports.
+	// PortIndex is the index of the Service port in spec.ports, or NoPort for the one endpoint
+	// of a pod of a resource without ports (a headless resource may have none).
 	PortIndex int
 	// Published is false when the pod is not published on this port at all (no IP, not
 	// running, terminal, or the pod lacks the named target port).
@@ -69,6 +70,11 @@ type Endpoint struct {
 	Probes []int
 }
 
+// NoPort is the PortIndex of the endpoint of a resource without ports: the pod itself, checked
+// by every probe (all are whole-pod), published in port-less slices as the built-in controller
+// publishes a headless Service without ports.
+const NoPort = -1
+
 // Conditions returns (ready, serving, terminating) for a serving verdict, the same way
 // Evaluate derives them, so a verdict carried over from an earlier agent is turned into
 // conditions by the same rule.
@@ -81,9 +87,10 @@ func Conditions(serving, terminating, publishNotReady bool) (bool, bool, bool) {
 }
 
 // ResolvePort resolves a target port on a pod: a number is itself, a name is looked up in the
-// pod's container ports (for the protocol), and an omitted one equals port. ok is false when
-// the pod has no container port of that name.
-func ResolvePort(pod *corev1.Pod, target intstr.IntOrString, port int32, protocol corev1.Protocol) (int32, bool) {
+// pod's container ports (for the protocol). ok is false when the pod has no container port of
+// that name, or when target is empty (callers pass ServicePort.EffectiveTargetPort, which is
+// never empty).
+func ResolvePort(pod *corev1.Pod, target intstr.IntOrString, protocol corev1.Protocol) (int32, bool) {
 	switch {
 	case target.Type == intstr.String && target.StrVal != "":
 		if protocol == "" {
@@ -104,38 +111,16 @@ func ResolvePort(pod *corev1.Pod, target intstr.IntOrString, port int32, protoco
 	case target.Type == intstr.Int && target.IntVal != 0:
 		return target.IntVal, true
 	default:
-		return port, true
-	}
-}
-
-// ProbeTarget is the target port of a probe's own block.
-func ProbeTarget(p v1alpha1.Probe) intstr.IntOrString {
-	switch {
-	case p.TCP != nil:
-		return p.TCP.TargetPort
-	case p.HTTP != nil:
-		return p.HTTP.TargetPort
-	case p.PostgreSQL != nil:
-		return p.PostgreSQL.TargetPort
-	}
-	return intstr.IntOrString{}
-}
-
-// ResolveProbePort resolves a probe's target port on a pod; ok is false when the pod lacks the
-// named port (the probe cannot run there).
-func ResolveProbePort(pod *corev1.Pod, p v1alpha1.Probe) (int32, bool) {
-	t := ProbeTarget(p)
-	if t.Type == intstr.Int && t.IntVal == 0 {
 		return 0, false
 	}
-	return ResolvePort(pod, t, 0, corev1.ProtocolTCP)
 }
 
-// Publishable tells whether a pod may be published at all, and whether it is terminating.
-// Pods without an IP, in a terminal phase, or not Running are never published, except that
-// publishNotReadyAddresses publishes every non-terminal pod with an IP, like a Service.
+// Publishable tells whether a pod may be published at all. Pods without an IP, in a terminal
+// phase, or not Running are never published, except that publishNotReadyAddresses publishes
+// every non-terminal pod with an IP, like a Service. It is the one rule for both publishing and
+// probing: a pod that cannot be published is not probed.
 func Publishable(pod *corev1.Pod, publishNotReady bool) bool {
-	if pod.Status.PodIP == "" && len(pod.Status.PodIPs) == 0 {
+	if PrimaryAddress(pod) == "" {
 		return false
 	}
 	switch pod.Status.Phase {
@@ -148,6 +133,21 @@ func Publishable(pod *corev1.Pod, publishNotReady bool) bool {
 	}
 }
 
+// PrimaryAddress is the address probes dial: status.podIP, or the first of status.podIPs when
+// podIP is not set ("" when the pod has no address). The kubelet probes the primary address
+// too; the verdict covers every address family of the pod.
+func PrimaryAddress(pod *corev1.Pod) string {
+	if pod.Status.PodIP != "" {
+		return pod.Status.PodIP
+	}
+	for _, ip := range pod.Status.PodIPs {
+		if ip.IP != "" {
+			return ip.IP
+		}
+	}
+	return ""
+}
+
 // PodReady is the pod's Ready condition.
 func PodReady(pod *corev1.Pod) bool {
 	for _, c := range pod.Status.Conditions {
@@ -158,96 +158,150 @@ func PodReady(pod *corev1.Pod) bool {
 	return false
 }
 
-// Evaluate applies the per-port rule to one pod. It returns one Endpoint per entry of
-// spec.ports, in order.
-func Evaluate(spec *v1alpha1.ServiceWithHealthchecksSpec, pod *corev1.Pod, results Results) []Endpoint {
-	out := make([]Endpoint, len(spec.Ports))
-	publishable := Publishable(pod, spec.PublishNotReadyAddresses)
-	terminating := pod.DeletionTimestamp != nil
+// Binding is where a resource's Service ports and probes land on one pod (rules 1 to 3): the
+// resolved target port of every Service port, the port of every probe, and which Service ports
+// each probe checks. It is computed once per pod and reconcile and feeds both the scheduler
+// (which probes run, on which port: Targets) and the verdicts (Evaluate).
+type Binding struct {
+	// Publishable is Publishable(pod, publishNotReadyAddresses): the pod is published and
+	// probed only then.
+	Publishable bool
+	// Terminating is set when the pod has a deletionTimestamp.
+	Terminating bool
+	// PodReady is the pod's Ready condition, which unprobed ports follow (rule 4).
+	PodReady bool
+	// Address is the pod's primary address, which probes dial.
+	Address string
+	// Ports has one entry per spec.ports entry, in order.
+	Ports []PortBinding
+	// Probes has one entry per spec.healthcheck.probes entry, in order.
+	Probes []ProbeBinding
+	// WholePod lists, by index, the probes that check the pod as a whole (rule 3).
+	WholePod []int
+}
 
-	// Rule 1: the resolved target port of every Service port.
-	resolved := make([]int32, len(spec.Ports))
-	for i, sp := range spec.Ports {
-		out[i].PortIndex = i
-		out[i].PublishNotReady = spec.PublishNotReadyAddresses
-		n, ok := ResolvePort(pod, sp.TargetPort, sp.Port, sp.Protocol)
-		if ok {
-			resolved[i] = n
-			out[i].TargetPort = n
-		}
-		out[i].Published = ok && publishable
+// PortBinding is one Service port on the pod.
+type PortBinding struct {
+	// TargetPort is the resolved target port: where traffic goes (0 when not Resolved).
+	TargetPort int32
+	// Resolved is false when the pod lacks the named target port: it is not published there.
+	Resolved bool
+	// Probes lists, by index, the probes of this port's own (rule 2); the whole-pod probes
+	// check it too.
+	Probes []int
+}
+
+// ProbeBinding is one probe on the pod.
+type ProbeBinding struct {
+	// Port is the probe's target port resolved on the pod (0 when not Runnable).
+	Port int32
+	// Runnable is false when the pod lacks the probe's named port: the probe cannot run there
+	// and counts as failed for the ports it checks.
+	Runnable bool
+	// Ports lists, by index, the Service ports this probe checks; empty for a whole-pod probe.
+	Ports []int
+}
+
+// Bind resolves the ports and probes of spec on pod (rules 1 to 3).
+func Bind(spec *v1alpha1.ServiceWithHealthchecksSpec, pod *corev1.Pod) Binding {
+	b := Binding{
+		Publishable: Publishable(pod, spec.PublishNotReadyAddresses),
+		Terminating: pod.DeletionTimestamp != nil,
+		PodReady:    PodReady(pod),
+		Address:     PrimaryAddress(pod),
+		Ports:       make([]PortBinding, len(spec.Ports)),
 	}
-
+	// Rule 1: the resolved target port of every Service port.
+	for i, sp := range spec.Ports {
+		n, ok := ResolvePort(pod, sp.EffectiveTargetPort(), sp.Protocol)
+		b.Ports[i] = PortBinding{TargetPort: n, Resolved: ok}
+	}
+	if spec.Healthcheck == nil {
+		return b
+	}
 	// Rules 2 and 3: which ports each probe checks. A probe whose named port the pod lacks
 	// cannot run: it belongs to the Service ports with the same named target port (which are
 	// unpublished on this pod anyway) or, when there are none, fails the pod as a whole.
+	b.Probes = make([]ProbeBinding, len(spec.Healthcheck.Probes))
+	for pi, p := range spec.Healthcheck.Probes {
+		t := p.TargetPort()
+		n, ok := ResolvePort(pod, t, corev1.ProtocolTCP)
+		pb := ProbeBinding{Port: n, Runnable: ok}
+		for i, sp := range spec.Ports {
+			switch {
+			case ok && b.Ports[i].Resolved && b.Ports[i].TargetPort == n:
+				pb.Ports = append(pb.Ports, i)
+			case !ok && t.Type == intstr.String && sp.TargetPort.Type == intstr.String && sp.TargetPort.StrVal == t.StrVal:
+				pb.Ports = append(pb.Ports, i)
+			}
+		}
+		if len(pb.Ports) == 0 {
+			b.WholePod = append(b.WholePod, pi)
+		}
+		for _, i := range pb.Ports {
+			b.Ports[i].Probes = append(b.Ports[i].Probes, pi)
+		}
+		b.Probes[pi] = pb
+	}
+	return b
+}
+
+// Evaluate applies the per-port rule to one pod: Bind, then Binding.Evaluate.
+func Evaluate(spec *v1alpha1.ServiceWithHealthchecksSpec, pod *corev1.Pod, results Results) []Endpoint {
+	return Bind(spec, pod).Evaluate(spec, results)
+}
+
+// Evaluate returns the pod's Endpoint on every Service port of spec, in order, from the
+// thresholded results of its probes (rules 4 to 7).
+func (b Binding) Evaluate(spec *v1alpha1.ServiceWithHealthchecksSpec, results Results) []Endpoint {
 	var probes []v1alpha1.Probe
 	if spec.Healthcheck != nil {
 		probes = spec.Healthcheck.Probes
 	}
-	checks := make([][]int, len(spec.Ports))
-	var wholePod []int
-	unresolvable := map[int]bool{}
-	for pi, p := range probes {
-		var matched []int
-		n, ok := ResolveProbePort(pod, p)
-		if ok {
-			for i := range spec.Ports {
-				if resolved[i] != 0 && resolved[i] == n {
-					matched = append(matched, i)
-				}
-			}
-		} else {
-			t := ProbeTarget(p)
-			for i, sp := range spec.Ports {
-				if t.Type == intstr.String && sp.TargetPort.Type == intstr.String && sp.TargetPort.StrVal == t.StrVal {
-					matched = append(matched, i)
-				}
-			}
-			unresolvable[pi] = true
-		}
-		if len(matched) == 0 {
-			wholePod = append(wholePod, pi)
-			continue
-		}
-		for _, i := range matched {
-			checks[i] = append(checks[i], pi)
-		}
+	ports := b.Ports
+	index := func(i int) int { return i }
+	if len(spec.Ports) == 0 {
+		// No ports: the pod as a whole, which only the whole-pod probes (all of them) check.
+		ports = []PortBinding{{Resolved: true}}
+		index = func(int) int { return NoPort }
 	}
-
-	podReady := PodReady(pod)
-	for i := range out {
+	out := make([]Endpoint, len(ports))
+	for i, pb := range ports {
 		e := &out[i]
+		e.PortIndex = index(i)
+		e.PublishNotReady = spec.PublishNotReadyAddresses
+		e.TargetPort = pb.TargetPort
+		e.Published = pb.Resolved && b.Publishable
 		if !e.Published {
 			continue
 		}
-		e.Terminating = terminating
-		e.Probes = append(append([]int(nil), checks[i]...), wholePod...)
+		e.Terminating = b.Terminating
+		e.Probes = append(append([]int(nil), pb.Probes...), b.WholePod...)
 		var serving bool
 		if len(e.Probes) == 0 {
 			// Rule 4, second half: an unprobed port follows the pod's Ready condition.
-			serving, e.Decided = podReady, true
-			if !podReady {
+			serving, e.Decided = b.PodReady, true
+			if !b.PodReady {
 				e.Reason = "pod is not Ready"
 			}
 		} else {
 			// Rules 4 and 5: every probe that checks the port must pass; pod readiness is
 			// not consulted.
-			serving, e.Decided, e.Reason = verdict(e.Probes, probes, results, unresolvable)
+			serving, e.Decided, e.Reason = b.verdict(e.Probes, probes, results)
 		}
-		e.Ready, e.Serving, e.Terminating = Conditions(serving, terminating, spec.PublishNotReadyAddresses)
+		e.Ready, e.Serving, e.Terminating = Conditions(serving, b.Terminating, spec.PublishNotReadyAddresses)
 	}
 	return out
 }
 
 // verdict combines the probes that check a port: any failure fails it (decided), all passing
 // passes it (decided), otherwise it is undecided and not serving.
-func verdict(idx []int, probes []v1alpha1.Probe, results Results, unresolvable map[int]bool) (bool, bool, string) {
+func (b Binding) verdict(idx []int, probes []v1alpha1.Probe, results Results) (bool, bool, string) {
 	var reasons []string
 	unknown := false
 	for _, pi := range idx {
-		if unresolvable[pi] {
-			reasons = append(reasons, fmt.Sprintf("probe %d (%s): pod has no container port named %q", pi, probes[pi].Mode, ProbeTarget(probes[pi]).StrVal))
+		if !b.Probes[pi].Runnable {
+			reasons = append(reasons, fmt.Sprintf("probe %d (%s): pod has no container port named %q", pi, probes[pi].Mode, probes[pi].TargetPort().StrVal))
 			continue
 		}
 		r := results[pi]

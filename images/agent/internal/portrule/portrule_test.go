@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -302,4 +303,29 @@ func TestEvaluateReasonNamesTheFailingProbe(t *testing.T) {
 	assert.Contains(t, got[1].Reason, "TCP")
 	assert.Equal(t, []int{0}, got[1].Probes)
 	assert.Empty(t, got[0].Probes, "web has no probe")
+}
+
+func TestEvaluateWithoutPorts(t *testing.T) {
+	spec := &v1alpha1.ServiceWithHealthchecksSpec{ClusterIP: "None", Healthcheck: &v1alpha1.Healthcheck{Probes: []v1alpha1.Probe{
+		tcpProbe(intstr.FromInt32(5432)), httpProbe(intstr.FromString("health")),
+	}}}
+	b := Bind(spec, newPod())
+	assert.Equal(t, []int{0, 1}, b.WholePod, "with no port to check, every probe checks the pod as a whole")
+	cases := map[string]struct {
+		results Results
+		want    cond
+	}{
+		"every probe passing serves":  {Results{0: {State: Pass}, 1: {State: Pass}}, cond{published: true, ready: true, serving: true, decided: true}},
+		"one probe failing withdraws": {Results{0: {State: Pass}, 1: {State: Fail, Reason: "HTTP 503"}}, cond{published: true, decided: true}},
+		"an unknown result waits":     {Results{0: {State: Pass}}, cond{published: true}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			eps := b.Evaluate(spec, tc.results)
+			require.Len(t, eps, 1, "one endpoint: the pod")
+			e := eps[0]
+			assert.Equal(t, NoPort, e.PortIndex)
+			assert.Equal(t, tc.want, cond{e.Published, e.TargetPort, e.Ready, e.Serving, e.Terminating, e.Decided})
+		})
+	}
 }

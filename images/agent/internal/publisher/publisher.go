@@ -1,7 +1,7 @@
-// Package publisher is the only code of the agent that writes EndpointSlices: it applies a
-// slices.Plan. It writes nothing the plan does not ask for, retries a conflicting update on the
-// latest version of the slice, and never writes a slice it does not own: a name held by
-// anything else is reported with an Event on the resource.
+// Package publisher is the only code of the agent that writes EndpointSlices: it carries out a
+// sliceplan.Plan. It writes nothing the plan does not ask for, retries a conflicting update on
+// the latest version of the slice, and never writes a slice it does not own. It records no
+// Events: it reports what it wrote and what it refused, and the reconciler records from that.
 package publisher
 
 import (
@@ -11,20 +11,12 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
-	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
-	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/slices"
-)
-
-// Event reasons.
-const (
-	ReasonSliceNameTaken = "EndpointSliceNameTaken"
-	ReasonWriteFailed    = "EndpointSliceWriteFailed"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/sliceplan"
 )
 
 // Publisher writes EndpointSlices.
@@ -33,41 +25,69 @@ type Publisher struct {
 	Client client.Client
 	// Reader reads straight from the API server (to look at a name held by a slice the cache
 	// does not hold, and to retry a conflict on the latest version).
-	Reader   client.Reader
-	Recorder events.EventRecorder
-	Metrics  *metrics.Metrics
+	Reader  client.Reader
+	Metrics *metrics.Metrics
 }
 
-// Apply carries out the plan for resource. Conflicts from the plan and names found taken while
-// creating are reported with an Event and returned; other errors are returned joined, so the
-// caller retries.
-func (p *Publisher) Apply(ctx context.Context, owner *v1alpha1.ServiceWithHealthchecks, plan slices.Plan, keys map[string]slicemeta.SliceKey) ([]slices.Conflict, error) {
-	conflicts := append([]slices.Conflict(nil), plan.Conflicts...)
+// Result is what Apply did.
+type Result struct {
+	// Written holds, by name, every slice created or updated, as the API server returned it.
+	Written map[string]*discoveryv1.EndpointSlice
+	// Conflicts are the plan's conflicts and the names found held by someone else on create:
+	// those slices were not written.
+	Conflicts []sliceplan.Conflict
+}
+
+// Apply carries out the plan. Failed writes are returned joined, so the caller retries; what
+// was written before a failure is in the Result all the same.
+func (p *Publisher) Apply(ctx context.Context, plan sliceplan.Plan) (Result, error) {
+	res := Result{Written: map[string]*discoveryv1.EndpointSlice{}, Conflicts: append([]sliceplan.Conflict(nil), plan.Conflicts...)}
 	var errs []error
 	for _, s := range plan.Create {
-		err := p.Client.Create(ctx, s)
+		created := s.DeepCopy()
+		err := p.Client.Create(ctx, created)
 		if apierrors.IsAlreadyExists(err) {
-			c, ownErr := p.heldBy(ctx, s, keys[s.Name])
+			cur, c, ownErr := p.heldBy(ctx, s, plan.Keys[s.Name])
 			if ownErr != nil {
 				errs = append(errs, ownErr)
 				continue
 			}
 			if c != nil {
-				conflicts = append(conflicts, *c)
+				res.Conflicts = append(res.Conflicts, *c)
 				continue
 			}
-			// Ours, but the cache has not seen it yet: the next reconcile updates it.
-			errs = append(errs, fmt.Errorf("creating EndpointSlice %s: exists and is ours, not in the cache yet", s.Name))
+			// Ours, but not in the cache: a slice an earlier agent wrote before it labelled
+			// slices with their node key (the cache holds only labelled ones), or one the cache
+			// has not seen yet. Take it over with one update of the latest version.
+			merged, changed := sliceplan.Merge(cur, s)
+			if !changed {
+				continue
+			}
+			written, uerr := p.update(ctx, merged, plan.Keys[s.Name])
+			if uerr != nil {
+				errs = append(errs, uerr)
+				continue
+			}
+			if written != nil {
+				res.Written[s.Name] = written
+			}
 			continue
 		}
 		p.count(metrics.OpCreate, err)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("creating EndpointSlice %s: %w", s.Name, err))
+			continue
 		}
+		res.Written[s.Name] = created
 	}
 	for _, s := range plan.Update {
-		if err := p.update(ctx, s, keys[s.Name]); err != nil {
+		written, err := p.update(ctx, s, plan.Keys[s.Name])
+		if err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		if written != nil {
+			res.Written[s.Name] = written
 		}
 	}
 	for _, s := range plan.Delete {
@@ -81,18 +101,14 @@ func (p *Publisher) Apply(ctx context.Context, owner *v1alpha1.ServiceWithHealth
 			errs = append(errs, fmt.Errorf("deleting EndpointSlice %s: %w", s.Name, err))
 		}
 	}
-	for _, c := range conflicts {
-		p.Metrics.SliceConflicts.Inc()
-		p.Recorder.Eventf(owner, nil, "Warning", ReasonSliceNameTaken, "Publish",
-			"EndpointSlice %s is held by %s; this agent does not write it", c.Name, c.Holder)
-	}
-	return conflicts, errors.Join(errs...)
+	return res, errors.Join(errs...)
 }
 
 // update writes s; on a conflict it merges the desired content into the latest version of the
-// slice, as long as that is still ours, and tries again.
-func (p *Publisher) update(ctx context.Context, s *discoveryv1.EndpointSlice, key slicemeta.SliceKey) error {
-	attempt := s
+// slice, as long as that is still ours, and tries again. It returns the slice as written, or
+// nil when the latest version already had the desired content.
+func (p *Publisher) update(ctx context.Context, s *discoveryv1.EndpointSlice, key slicemeta.SliceKey) (*discoveryv1.EndpointSlice, error) {
+	attempt := s.DeepCopy()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		err := p.Client.Update(ctx, attempt)
 		p.count(metrics.OpUpdate, err)
@@ -104,9 +120,9 @@ func (p *Publisher) update(ctx context.Context, s *discoveryv1.EndpointSlice, ke
 			return fmt.Errorf("reading the latest version: %w", gerr)
 		}
 		if !slicemeta.IsManaged(latest) || !key.Matches(latest) {
-			return fmt.Errorf("the slice is no longer ours (%s)", latest.Labels[slicemeta.LabelResource])
+			return fmt.Errorf("the slice is no longer ours (%s)", slicemeta.ResourceOf(latest))
 		}
-		merged, changed := slices.Merge(latest, s)
+		merged, changed := sliceplan.Merge(latest, s)
 		if !changed {
 			attempt = nil
 			return nil
@@ -115,23 +131,23 @@ func (p *Publisher) update(ctx context.Context, s *discoveryv1.EndpointSlice, ke
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("updating EndpointSlice %s: %w", s.Name, err)
+		return nil, fmt.Errorf("updating EndpointSlice %s: %w", s.Name, err)
 	}
-	return nil
+	return attempt, nil
 }
 
 // heldBy reads the slice that holds the name of s and says whether it is a conflict (nil when
-// it is this resource's own slice).
-func (p *Publisher) heldBy(ctx context.Context, s *discoveryv1.EndpointSlice, key slicemeta.SliceKey) (*slices.Conflict, error) {
+// it is this resource's own slice, which it returns).
+func (p *Publisher) heldBy(ctx context.Context, s *discoveryv1.EndpointSlice, key slicemeta.SliceKey) (*discoveryv1.EndpointSlice, *sliceplan.Conflict, error) {
 	cur := &discoveryv1.EndpointSlice{}
 	if err := p.Reader.Get(ctx, client.ObjectKeyFromObject(s), cur); err != nil {
-		return nil, fmt.Errorf("reading EndpointSlice %s that holds the name: %w", s.Name, err)
+		return nil, nil, fmt.Errorf("reading EndpointSlice %s that holds the name: %w", s.Name, err)
 	}
 	if slicemeta.IsManaged(cur) && key.Matches(cur) {
-		return nil, nil
+		return cur, nil, nil
 	}
-	c := slices.Conflicts(s.Name, cur)
-	return &c, nil
+	c := sliceplan.ConflictOf(s.Name, cur)
+	return nil, &c, nil
 }
 
 func (p *Publisher) count(op string, err error) {

@@ -88,7 +88,7 @@ func runCapacity(b *testing.B, mode string, n int, addrs []string) {
 		res := types.NamespacedName{Namespace: "bench", Name: fmt.Sprintf("svc-%d", i/100)}
 		uid := types.UID(fmt.Sprintf("pod-%d", i))
 		byRes[res] = append(byRes[res], scheduler.Target{
-			Key:   scheduler.NewKey(res, uid, 0, probe, host, int32(port), period),
+			Key:   scheduler.NewKey(res, uid, 0, scheduler.DigestProbe(probe), host, int32(port), period),
 			Probe: probe, Namespace: "bench", PodName: string(uid), PodIP: host, Port: int32(port), Period: period,
 		})
 	}

@@ -10,6 +10,8 @@ package scheduler
 import (
 	"container/heap"
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -24,15 +26,42 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/portrule"
 )
 
-// Key identifies a target. Identity is the probe's content, not only its index: when a probe
-// or the pod's address changes, the target is a new one with a fresh threshold count.
+// Key identifies a target: (resource, pod, probe index) and a fingerprint of everything a run
+// depends on. When a probe or the pod's address changes, the target is a new one with a fresh
+// threshold count; an unchanged one keeps its state across reconciles. Keys are comparable and
+// of fixed size (the probe is hashed once per reconcile, not formatted per pod).
 type Key struct {
 	Resource types.NamespacedName
 	PodUID   types.UID
 	// Probe is the index of the probe in spec.healthcheck.probes.
-	Probe int
-	// Spec is a digest of everything a run depends on (probe, address, port, period).
-	Spec string
+	Probe       int
+	Fingerprint Fingerprint
+}
+
+// Fingerprint is what one run depends on besides the pod: the probe's content, the address
+// dialled, the resolved port and the period.
+type Fingerprint struct {
+	Probe   ProbeDigest
+	Address string
+	Port    int32
+	Period  time.Duration
+}
+
+// ProbeDigest is a digest of a probe's content (DigestProbe).
+type ProbeDigest [16]byte
+
+// DigestProbe digests a probe: the SHA-256 of its JSON encoding, truncated. Compute it once per
+// probe and reconcile and share it among the probe's targets.
+func DigestProbe(p v1alpha1.Probe) ProbeDigest {
+	raw, err := json.Marshal(p)
+	if err != nil {
+		// A probe is plain data; this cannot happen. Fall back to a digest of its Go text.
+		raw = fmt.Appendf(nil, "%#v", p)
+	}
+	sum := sha256.Sum256(raw)
+	var d ProbeDigest
+	copy(d[:], sum[:])
+	return d
 }
 
 // Target is one probe of one pod.
@@ -51,22 +80,9 @@ type Target struct {
 	Period time.Duration
 }
 
-// NewKey builds the key of a target from its parts.
-func NewKey(resource types.NamespacedName, podUID types.UID, index int, probe v1alpha1.Probe, podIP string, port int32, period time.Duration) Key {
-	return Key{Resource: resource, PodUID: podUID, Probe: index, Spec: fmt.Sprintf("%s|%d|%s|%#v", podIP, port, period, probeDigest(probe))}
-}
-
-func probeDigest(p v1alpha1.Probe) string {
-	s := fmt.Sprintf("%s|%d|%d|%d", p.Mode, p.TimeoutSeconds, p.SuccessThreshold, p.FailureThreshold)
-	switch {
-	case p.TCP != nil:
-		s += fmt.Sprintf("|tcp%#v", *p.TCP)
-	case p.HTTP != nil:
-		s += fmt.Sprintf("|http%#v", *p.HTTP)
-	case p.PostgreSQL != nil:
-		s += fmt.Sprintf("|pg%#v", *p.PostgreSQL)
-	}
-	return s
+// NewKey builds the key of a target from its parts; digest is DigestProbe of the probe.
+func NewKey(resource types.NamespacedName, podUID types.UID, index int, digest ProbeDigest, podIP string, port int32, period time.Duration) Key {
+	return Key{Resource: resource, PodUID: podUID, Probe: index, Fingerprint: Fingerprint{Probe: digest, Address: podIP, Port: port, Period: period}}
 }
 
 // Outcome of one run.
@@ -223,16 +239,14 @@ func (s *Scheduler) removeLocked(k Key, e *entry) {
 	}
 }
 
-// Results returns the current thresholded results of a pod's probes for a resource, by probe
-// index; a target without a decisive result is absent or Unknown.
-func (s *Scheduler) Results(resource types.NamespacedName, podUID types.UID) portrule.Results {
+// Results returns the current thresholded results of every target of a resource, by key (a
+// copy: the reconcile decides from it). A target without a decisive result is Unknown.
+func (s *Scheduler) Results(resource types.NamespacedName) map[Key]portrule.ProbeResult {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := portrule.Results{}
+	out := make(map[Key]portrule.ProbeResult, len(s.byRes[resource]))
 	for k, e := range s.byRes[resource] {
-		if k.PodUID == podUID {
-			out[k.Probe] = e.result
-		}
+		out[k] = e.result
 	}
 	return out
 }

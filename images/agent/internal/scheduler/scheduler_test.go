@@ -27,7 +27,7 @@ func target(pod string, probe int, period time.Duration, success, failure int32)
 	p := v1alpha1.Probe{Mode: v1alpha1.ProbeModeTCP, TimeoutSeconds: 1, SuccessThreshold: success, FailureThreshold: failure,
 		TCP: &v1alpha1.TCPProbe{TargetPort: intstr.FromInt32(2525)}}
 	return Target{
-		Key:   NewKey(res, types.UID(pod), probe, p, "10.0.0.1", 2525, period),
+		Key:   NewKey(res, types.UID(pod), probe, DigestProbe(p), "10.0.0.1", 2525, period),
 		Probe: p, Namespace: "ns", PodName: pod, PodIP: "10.0.0.1", Port: 2525, Period: period,
 	}
 }
@@ -105,13 +105,23 @@ func TestResultsAreEmittedOnlyOnChange(t *testing.T) {
 	assert.Len(t, changes, 1, "ten passes make one change")
 	assert.Equal(t, portrule.Pass, changes[0].Result.State)
 	mu.Unlock()
-	assert.Equal(t, portrule.Results{0: {State: portrule.Pass}}, s.Results(res, "p1"))
+	assert.Equal(t, map[Key]portrule.ProbeResult{tg.Key: {State: portrule.Pass}}, s.Results(res))
 	assert.GreaterOrEqual(t, testutil.ToFloat64(m.ProbeResults.WithLabelValues("TCP", metrics.OutcomeSuccess)), 10.0)
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.Targets))
 
 	// Declaring the same target again keeps its state.
 	s.Set(res, []Target{tg})
-	assert.Equal(t, portrule.Results{0: {State: portrule.Pass}}, s.Results(res, "p1"))
+	assert.Equal(t, map[Key]portrule.ProbeResult{tg.Key: {State: portrule.Pass}}, s.Results(res))
+}
+
+func TestTheProbeDigestFollowsTheProbesContent(t *testing.T) {
+	p := v1alpha1.Probe{Mode: v1alpha1.ProbeModeHTTP, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 3,
+		HTTP: &v1alpha1.HTTPProbe{TargetPort: intstr.FromInt32(8080), Path: "/healthz"}}
+	same := *p.DeepCopy()
+	other := *p.DeepCopy()
+	other.HTTP.Path = "/ready"
+	assert.Equal(t, DigestProbe(p), DigestProbe(same), "the same content digests the same, whatever the pointers")
+	assert.NotEqual(t, DigestProbe(p), DigestProbe(other), "a changed path is a new target")
 }
 
 func TestARunnerErrorCountsAsAFailure(t *testing.T) {
@@ -235,7 +245,7 @@ func TestRemovedTargetsLeaveNothingBehind(t *testing.T) {
 	s.Set(res, nil)
 	assert.Equal(t, 1, s.Len(), "only the other resource's target is left")
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.Targets))
-	assert.Empty(t, s.Results(res, "p1"))
+	assert.Empty(t, s.Results(res))
 	s.Set(other, nil)
 	assert.Equal(t, 0.0, testutil.ToFloat64(m.Targets))
 	cancel()

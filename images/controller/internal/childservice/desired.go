@@ -7,11 +7,10 @@ import (
 	"cmp"
 	"slices"
 	"strconv"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
@@ -148,14 +147,12 @@ func desiredPort(p *v1alpha1.ServicePort, needsNodePorts bool) *corev1ac.Service
 	if p.Name != "" {
 		out.WithName(p.Name)
 	}
-	if p.AppProtocol != nil {
+	// An appProtocol admitted before it had to be a qualified name would make every write of
+	// the Service fail: it is left out (the status reports it: SpecOutOfBounds).
+	if p.AppProtocol != nil && len(validation.IsQualifiedName(*p.AppProtocol)) == 0 {
 		out.WithAppProtocol(*p.AppProtocol)
 	}
-	target := p.TargetPort
-	if target.Type == intstr.Int && target.IntVal == 0 || target.Type == intstr.String && target.StrVal == "" {
-		target = intstr.FromInt32(p.Port)
-	}
-	out.WithTargetPort(target)
+	out.WithTargetPort(p.EffectiveTargetPort())
 	if needsNodePorts && p.NodePort != 0 {
 		out.WithNodePort(p.NodePort)
 	}
@@ -255,7 +252,7 @@ func Classify(swh *v1alpha1.ServiceWithHealthchecks, live *corev1.Service) Owner
 		return Absent
 	}
 	for _, ref := range live.OwnerReferences {
-		if isOurKind(ref.APIVersion, ref.Kind) && ref.UID == swh.UID {
+		if slicemeta.IsResourceRef(ref) && ref.UID == swh.UID {
 			return Owned
 		}
 	}
@@ -263,7 +260,7 @@ func Classify(swh *v1alpha1.ServiceWithHealthchecks, live *corev1.Service) Owner
 		if ref.Controller == nil || !*ref.Controller {
 			continue
 		}
-		if isOurKind(ref.APIVersion, ref.Kind) && ref.Name == swh.Name {
+		if slicemeta.IsResourceRef(ref) && ref.Name == swh.Name {
 			return Stale
 		}
 		// Another controller: adding ours would make two, which the API server refuses.
@@ -279,13 +276,9 @@ func Classify(swh *v1alpha1.ServiceWithHealthchecks, live *corev1.Service) Owner
 // name (of any UID). The controller deletes such a Service once that resource is gone.
 func ControlledByResource(svc *corev1.Service, name string) bool {
 	for _, ref := range svc.OwnerReferences {
-		if ref.Controller != nil && *ref.Controller && isOurKind(ref.APIVersion, ref.Kind) && ref.Name == name {
+		if ref.Controller != nil && *ref.Controller && slicemeta.IsResourceRef(ref) && ref.Name == name {
 			return true
 		}
 	}
 	return false
-}
-
-func isOurKind(apiVersion, kind string) bool {
-	return kind == "ServiceWithHealthchecks" && strings.HasPrefix(apiVersion, v1alpha1.GroupVersion.Group+"/")
 }

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
@@ -50,7 +49,7 @@ type Input struct {
 	// Owned is what the controller's field manager owns in Live (nil when Live is nil).
 	Owned *corev1ac.ServiceApplyConfiguration
 	// PortsWithoutReady are the ports of the resource without a ready endpoint in the
-	// EndpointSlices of this resource (PortsWithoutReadyEndpoint).
+	// EndpointSlices of this resource (status.WithoutReady of the reconcile's status.Ports).
 	PortsWithoutReady []string
 	// SelectsPods tells whether Live's selector selects any pod. Only consulted when
 	// NeedsPodCheck says so; false otherwise.
@@ -189,49 +188,4 @@ func extraPorts(swh *v1alpha1.ServiceWithHealthchecks, live *corev1.Service, own
 		}
 	}
 	return extra
-}
-
-// PortLabel is the value of the slice port label for a port of the resource: its name, empty
-// for a single unnamed port.
-func PortLabel(p *v1alpha1.ServicePort) string {
-	return p.Name
-}
-
-// PortsWithoutReadyEndpoint lists the ports of the resource (by name, or by number when
-// unnamed) for which no EndpointSlice of this resource holds a ready endpoint yet (DESIGN §11,
-// "published slices for every port", read as a ready endpoint for every port: a slice whose
-// endpoints are all not ready would take the port's traffic away if the selector were cleared).
-// A missing ready condition counts as ready, as kube-proxy reads it. Slices of other resources,
-// of other UIDs or of other managers do not count.
-func PortsWithoutReadyEndpoint(swh *v1alpha1.ServiceWithHealthchecks, slices []discoveryv1.EndpointSlice) []string {
-	have := map[string]bool{}
-	for i := range slices {
-		s := &slices[i]
-		if !slicemeta.IsOwnedBy(s, swh.UID) {
-			continue
-		}
-		port, ok := s.Labels[slicemeta.LabelPort]
-		if !ok {
-			continue
-		}
-		for _, e := range s.Endpoints {
-			if e.Conditions.Ready == nil || *e.Conditions.Ready {
-				have[port] = true
-				break
-			}
-		}
-	}
-	var missing []string
-	for i := range swh.Spec.Ports {
-		p := &swh.Spec.Ports[i]
-		if have[PortLabel(p)] {
-			continue
-		}
-		if p.Name != "" {
-			missing = append(missing, p.Name)
-		} else {
-			missing = append(missing, strconv.Itoa(int(p.Port)))
-		}
-	}
-	return missing
 }

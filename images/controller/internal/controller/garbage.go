@@ -196,25 +196,11 @@ func (r *Reconciler) listSlices(ctx context.Context, namespace, name string) ([]
 	}
 	var out []discoveryv1.EndpointSlice
 	for i := range list.Items {
-		if resourceOf(&list.Items[i]) == name {
+		if slicemeta.ResourceOf(&list.Items[i]) == name {
 			out = append(out, list.Items[i])
 		}
 	}
 	return out, nil
-}
-
-// resourceOf is the name of the resource a slice of this module was published for: its
-// resource label, or else the name in its owner reference.
-func resourceOf(s *discoveryv1.EndpointSlice) string {
-	if name := s.Labels[slicemeta.LabelResource]; name != "" {
-		return name
-	}
-	for _, ref := range s.OwnerReferences {
-		if ref.Kind == "ServiceWithHealthchecks" {
-			return ref.Name
-		}
-	}
-	return ""
 }
 
 func (r *Reconciler) getService(ctx context.Context, key types.NamespacedName) (*corev1.Service, error) {

@@ -312,7 +312,7 @@ func sliceToResource(_ context.Context, obj client.Object) []reconcile.Request {
 	if !ok || !slicemeta.IsManaged(s) {
 		return nil
 	}
-	name := resourceOf(s)
+	name := slicemeta.ResourceOf(s)
 	if name == "" {
 		return nil
 	}
@@ -329,7 +329,7 @@ func (r *Reconciler) nodeToResources(ctx context.Context, obj client.Object) []r
 	seen := map[client.ObjectKey]bool{}
 	var out []reconcile.Request
 	for i := range list.Items {
-		name := resourceOf(&list.Items[i])
+		name := slicemeta.ResourceOf(&list.Items[i])
 		key := client.ObjectKey{Namespace: list.Items[i].Namespace, Name: name}
 		if name == "" || seen[key] {
 			continue

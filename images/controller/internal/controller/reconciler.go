@@ -25,7 +25,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/childservice"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
@@ -101,12 +100,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{}, err
 	}
 
-	out, svcErr := r.syncService(ctx, &swh, live, slices)
+	// The per-port counts are computed once: the adoption waits on them, the status shows them.
+	owned := status.Owned(&swh, slices)
+	ports := status.Ports(&swh, owned)
+	out, svcErr := r.syncService(ctx, &swh, live, status.WithoutReady(ports))
 	gcErr := r.collectSlices(ctx, &swh, slices)
 	var stErr error
 	if !conflict(svcErr) && !out.requeue {
 		// After a lost race the outcome says nothing about the Service: report on the next run.
-		stErr = r.writeStatus(ctx, &swh, out, slices)
+		stErr = r.writeStatus(ctx, &swh, out, owned, ports)
 	}
 
 	if conflict(svcErr) || conflict(stErr) || out.requeue {
@@ -131,7 +133,7 @@ type serviceOutcome struct {
 	requeue bool
 }
 
-func (r *Reconciler) syncService(ctx context.Context, swh *v1alpha1.ServiceWithHealthchecks, live *corev1.Service, slices []discoveryv1.EndpointSlice) (serviceOutcome, error) {
+func (r *Reconciler) syncService(ctx context.Context, swh *v1alpha1.ServiceWithHealthchecks, live *corev1.Service, waiting []string) (serviceOutcome, error) {
 	log := ctrl.LoggerFrom(ctx)
 	var owned *corev1ac.ServiceApplyConfiguration
 	if live != nil {
@@ -140,7 +142,6 @@ func (r *Reconciler) syncService(ctx context.Context, swh *v1alpha1.ServiceWithH
 			return serviceOutcome{synced: writeFailed(err)}, fmt.Errorf("reading the fields owned in Service %s/%s: %w", live.Namespace, live.Name, err)
 		}
 	}
-	waiting := childservice.PortsWithoutReadyEndpoint(swh, slices)
 	selectsPods := false
 	if childservice.NeedsPodCheck(swh, live, waiting) {
 		var err error
@@ -355,7 +356,7 @@ func apiMessage(err error) string {
 
 // writeStatus writes the status computed from what was observed, unless it is unchanged, and
 // records an Event when the ServiceSynced condition turns into a problem.
-func (r *Reconciler) writeStatus(ctx context.Context, swh *v1alpha1.ServiceWithHealthchecks, out serviceOutcome, slices []discoveryv1.EndpointSlice) error {
+func (r *Reconciler) writeStatus(ctx context.Context, swh *v1alpha1.ServiceWithHealthchecks, out serviceOutcome, owned []discoveryv1.EndpointSlice, ports []v1alpha1.PortStatus) error {
 	if err := ctx.Err(); err != nil {
 		// Shutting down (or leadership lost): what failed is not the Service's problem.
 		return err
@@ -373,7 +374,8 @@ func (r *Reconciler) writeStatus(ctx context.Context, swh *v1alpha1.ServiceWithH
 		Resource:      swh,
 		Service:       out.service,
 		ServiceSynced: out.synced,
-		Slices:        ownedSlices(swh, slices),
+		Slices:        owned,
+		Ports:         ports,
 		Neighbours:    neighbours.Items,
 		Agents:        r.agents.status(),
 		Now:           metav1.NewTime(r.now()),
@@ -392,16 +394,6 @@ func (r *Reconciler) writeStatus(ctx context.Context, swh *v1alpha1.ServiceWithH
 	}
 	r.metrics.StatusWrites.Inc()
 	return nil
-}
-
-func ownedSlices(swh *v1alpha1.ServiceWithHealthchecks, all []discoveryv1.EndpointSlice) []discoveryv1.EndpointSlice {
-	var out []discoveryv1.EndpointSlice
-	for i := range all {
-		if slicemeta.IsOwnedBy(&all[i], swh.UID) {
-			out = append(out, all[i])
-		}
-	}
-	return out
 }
 
 func conflict(err error) bool {

@@ -57,6 +57,10 @@ func Decide(in Input) []Garbage {
 		for i := range in.Resource.Spec.Ports {
 			ports.Insert(in.Resource.Spec.Ports[i].Name)
 		}
+		if len(in.Resource.Spec.Ports) == 0 {
+			// A resource without ports (headless) publishes port-less slices, port label "".
+			ports.Insert("")
+		}
 	}
 	var out []Garbage
 	for i := range in.Slices {
@@ -78,7 +82,7 @@ func decide(s *discoveryv1.EndpointSlice, swh *v1alpha1.ServiceWithHealthchecks,
 	if !slicemeta.IsOwnedBy(s, swh.UID) {
 		return OwnerMismatch, true
 	}
-	if port, ok := s.Labels[slicemeta.LabelPort]; !ok || !ports.Has(port) {
+	if port, ok := slicemeta.PortOf(s); !ok || !ports.Has(port) {
 		return PortRemoved, true
 	}
 	if node := slicemeta.NodeOf(s); node == "" || !nodes.Has(node) {

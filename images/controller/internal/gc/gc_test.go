@@ -79,6 +79,8 @@ func TestDecide(t *testing.T) {
 		"ours for the unnamed port after the ports got names is garbage": {resource: resource("http", "metrics"), slice: slice("", "n1"), want: PortRemoved},
 		"ours without a port label is garbage":                           {resource: resource("http"), slice: slice("http", "n1", noPortLabel), want: PortRemoved},
 		"ours for a deleted node is garbage":                             {resource: resource("http"), slice: slice("http", "gone"), want: NodeDeleted},
+		"a port-less slice of a resource without ports survives":         {resource: resource(), slice: slice("", "n1")},
+		"a port-less slice of a resource that got ports is garbage":      {resource: resource("http"), slice: slice("", "n1"), want: PortRemoved},
 		"ours that names no node is garbage":                             {resource: resource("http"), slice: slice("http", "n1", noNode), want: NodeDeleted},
 	}
 	for name, tc := range tests {

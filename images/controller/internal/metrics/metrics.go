@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -145,14 +144,6 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 // PortLabels are the labels of the per-port endpoint gauges.
 var PortLabels = []string{"namespace", "name", "port"}
 
-// PortLabel is the value of the port label: the port's name, or its number when it has none.
-func PortLabel(name string, port int32) string {
-	if name != "" {
-		return name
-	}
-	return strconv.Itoa(int(port))
-}
-
 // SetPorts sets the per-port endpoint gauges of one resource from its computed status ports and
 // deletes the series of its ports that are gone.
 func (m *Metrics) SetPorts(resource types.NamespacedName, ports []v1alpha1.PortStatus) {
@@ -160,7 +151,7 @@ func (m *Metrics) SetPorts(resource types.NamespacedName, ports []v1alpha1.PortS
 	defer m.mu.Unlock()
 	now := make([]string, 0, len(ports))
 	for _, p := range ports {
-		port := PortLabel(p.Name, p.Port)
+		port := p.DisplayName()
 		now = append(now, port)
 		m.PortReadyEndpoints.WithLabelValues(resource.Namespace, resource.Name, port).Set(float64(p.ReadyEndpoints))
 		m.PortEndpoints.WithLabelValues(resource.Namespace, resource.Name, port).Set(float64(p.TotalEndpoints))

@@ -21,6 +21,12 @@ func ep(addr string, ready *bool) discoveryv1.Endpoint {
 	return discoveryv1.Endpoint{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: ready}}
 }
 
+// portless is a slice of resource "r" without ports (a headless resource without ports).
+func portless(node string, eps ...discoveryv1.Endpoint) discoveryv1.EndpointSlice {
+	k := slicemeta.SliceKey{Resource: "r", Node: node}
+	return discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: k.Name(), Labels: k.Labels()}, Endpoints: eps}
+}
+
 // sl is a slice of resource "r" for port on node, with target port number.
 func sl(port, node string, number int32, eps ...discoveryv1.Endpoint) discoveryv1.EndpointSlice {
 	k := slicemeta.SliceKey{Resource: "r", Port: port, Node: node}
@@ -117,6 +123,20 @@ func TestComputeEndpoints(t *testing.T) {
 			},
 			summary: "web 0/0, smtp 0/0", available: metav1.ConditionFalse, ready: metav1.ConditionFalse,
 			reason: ReasonNoReadyEndpoints, message: "no ready endpoint for port web, smtp",
+		},
+		"a resource without ports counts the endpoints of its port-less slices": {
+			resource: func() *v1alpha1.ServiceWithHealthchecks { r := resource("r"); r.Spec.ClusterIP = "None"; return r }(),
+			slices:   []discoveryv1.EndpointSlice{portless("n1", ep("10.0.0.1", yes), ep("10.0.0.2", no))},
+			synced:   synced,
+			summary:  "1/2", available: metav1.ConditionTrue, ready: metav1.ConditionTrue,
+			reason: ReasonReady,
+		},
+		"a resource without ports and without a ready endpoint is not available": {
+			resource: func() *v1alpha1.ServiceWithHealthchecks { r := resource("r"); r.Spec.ClusterIP = "None"; return r }(),
+			slices:   []discoveryv1.EndpointSlice{portless("n1", ep("10.0.0.2", no))},
+			synced:   synced,
+			summary:  "0/1", available: metav1.ConditionFalse, ready: metav1.ConditionFalse,
+			reason: ReasonNoReadyEndpoints, message: "no ready endpoint is published (the resource has no ports)",
 		},
 		"ready endpoints do not make the resource ready while its Service is not synced": {
 			resource: resource("r", web),

@@ -24,7 +24,8 @@ const (
 	ReasonEndpointsAvailable = "EndpointsAvailable"
 	// ReasonNoReadyEndpoints: some port has no ready endpoint.
 	ReasonNoReadyEndpoints = "NoReadyEndpoints"
-	// ReasonNoPorts: the resource exposes no port, so no endpoint can be available.
+	// ReasonNoPorts: the resource exposes no port and is not headless (admission refuses that
+	// shape), so no endpoint can be available.
 	ReasonNoPorts = "NoPorts"
 	// ReasonReady: the Service is synced and every port has a ready endpoint.
 	ReasonReady = "Ready"
@@ -70,6 +71,9 @@ type Observed struct {
 	// Slices are the EndpointSlices of this resource (owned by its UID). The per-port counts,
 	// EndpointsAvailable and Ready are computed from them.
 	Slices []discoveryv1.EndpointSlice
+	// Ports are Ports(Resource, Slices) when the caller has computed them already (the
+	// reconciler does, once per reconcile); nil computes them here.
+	Ports []v1alpha1.PortStatus
 	// Neighbours are the other live resources of the namespace (the resource itself and
 	// resources being deleted are skipped). SliceNameConflict is computed from their names.
 	Neighbours []v1alpha1.ServiceWithHealthchecks
@@ -92,9 +96,24 @@ func Compute(o Observed) v1alpha1.ServiceWithHealthchecksStatus {
 	synced.LastTransitionTime = o.Now
 	meta.SetStatusCondition(&st.Conditions, synced)
 
-	st.Ports = Ports(o.Resource, o.Slices)
+	st.Ports = o.Ports
+	if st.Ports == nil {
+		st.Ports = Ports(o.Resource, o.Slices)
+	}
 	st.ReadySummary = Summary(st.Ports)
 	available := endpointsAvailable(st.Ports)
+	if len(o.Resource.Spec.Ports) == 0 && o.Resource.Spec.ClusterIP == corev1.ClusterIPNone {
+		// A headless resource without ports publishes port-less slices: its endpoints are
+		// counted as one pseudo-port without a name or number.
+		pseudo := Ports(&v1alpha1.ServiceWithHealthchecks{Spec: v1alpha1.ServiceWithHealthchecksSpec{Ports: []v1alpha1.ServicePort{{}}}}, o.Slices)
+		st.ReadySummary = Summary(pseudo)
+		available = endpointsAvailable(pseudo)
+		if available.Status == metav1.ConditionTrue {
+			available.Message = "a ready endpoint is published (the resource has no ports)"
+		} else {
+			available.Message = "no ready endpoint is published (the resource has no ports)"
+		}
+	}
 	ready := metav1.Condition{Status: metav1.ConditionTrue, Reason: ReasonReady, Message: "the Service is synced and every port has a ready endpoint"}
 	switch {
 	case synced.Status != metav1.ConditionTrue:
@@ -106,6 +125,10 @@ func Compute(o Observed) v1alpha1.ServiceWithHealthchecksStatus {
 		withType(available, v1alpha1.ConditionEndpointsAvailable),
 		withType(ready, v1alpha1.ConditionReady),
 		withType(nameConflict(o.Resource, o.Neighbours), v1alpha1.ConditionSliceNameConflict),
+		// Not part of Ready either: what such values break shows in the other conditions (an
+		// appProtocol the Service API refuses makes ServiceSynced Invalid, a path the probe cannot
+		// send leaves its ports without ready endpoints); this one says why.
+		withType(specOutOfBounds(&o.Resource.Spec), v1alpha1.ConditionSpecOutOfBounds),
 	}
 	if o.Agents != nil {
 		// Deliberately not part of Ready: the endpoints are what the agents published (or
@@ -144,10 +167,12 @@ type endpointKey struct {
 	port    int32
 }
 
-// Ports counts the endpoints of every Service port of swh across its slices. A slice belongs to
-// the port its port label (or, without one, its first port's name) names. An endpoint is
+// Ports counts the endpoints of every Service port of swh across its slices (Owned: of this
+// module and owned by swh's UID), each slice for the port its port label names. An endpoint is
 // counted once per (address, target port), however many slices list it, and is ready when any
-// of them says it is ready (an unset ready condition means ready, as in Kubernetes).
+// of them says it is ready (an unset ready condition means ready, as kube-proxy reads it). The
+// reconciler computes this once per reconcile: the status and the adoption's "every port has a
+// ready endpoint" (WithoutReady) both read it.
 func Ports(swh *v1alpha1.ServiceWithHealthchecks, slices []discoveryv1.EndpointSlice) []v1alpha1.PortStatus {
 	if len(swh.Spec.Ports) == 0 {
 		return nil
@@ -157,7 +182,7 @@ func Ports(swh *v1alpha1.ServiceWithHealthchecks, slices []discoveryv1.EndpointS
 		ready := map[endpointKey]bool{}
 		for i := range slices {
 			s := &slices[i]
-			if slicePort(s) != p.Name {
+			if port, ok := slicemeta.PortOf(s); !ok || port != p.Name {
 				continue
 			}
 			var number int32
@@ -183,14 +208,26 @@ func Ports(swh *v1alpha1.ServiceWithHealthchecks, slices []discoveryv1.EndpointS
 	return out
 }
 
-func slicePort(s *discoveryv1.EndpointSlice) string {
-	if v, ok := s.Labels[slicemeta.LabelPort]; ok {
-		return v
+// Owned are the slices of this module owned by swh's UID: the only ones its status counts.
+func Owned(swh *v1alpha1.ServiceWithHealthchecks, all []discoveryv1.EndpointSlice) []discoveryv1.EndpointSlice {
+	var out []discoveryv1.EndpointSlice
+	for i := range all {
+		if slicemeta.IsOwnedBy(&all[i], swh.UID) {
+			out = append(out, all[i])
+		}
 	}
-	if len(s.Ports) > 0 && s.Ports[0].Name != nil {
-		return *s.Ports[0].Name
+	return out
+}
+
+// WithoutReady names the ports (DisplayName) that have no ready endpoint, in spec order.
+func WithoutReady(ports []v1alpha1.PortStatus) []string {
+	var out []string
+	for _, p := range ports {
+		if p.ReadyEndpoints == 0 {
+			out = append(out, p.DisplayName())
+		}
 	}
-	return ""
+	return out
 }
 
 // Summary is the short text of the ready counts: "web 2/3, smtp 1/3", or "2/3" for a single
@@ -208,29 +245,11 @@ func Summary(ports []v1alpha1.PortStatus) string {
 	return strings.Join(parts, ", ")
 }
 
-// portLabel names a port in messages: its name, or its number when it has none.
-func portLabel(p v1alpha1.PortStatus) string {
-	if p.Name != "" {
-		return p.Name
-	}
-	return fmt.Sprintf("%d", p.Port)
-}
-
-func specPortLabel(p v1alpha1.ServicePort) string {
-	return portLabel(v1alpha1.PortStatus{Name: p.Name, Port: p.Port})
-}
-
 func endpointsAvailable(ports []v1alpha1.PortStatus) metav1.Condition {
 	if len(ports) == 0 {
 		return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonNoPorts, Message: "the resource exposes no port"}
 	}
-	var missing []string
-	for _, p := range ports {
-		if p.ReadyEndpoints == 0 {
-			missing = append(missing, portLabel(p))
-		}
-	}
-	if len(missing) > 0 {
+	if missing := WithoutReady(ports); len(missing) > 0 {
 		return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonNoReadyEndpoints,
 			Message: "no ready endpoint for port " + strings.Join(missing, ", ")}
 	}
@@ -251,7 +270,7 @@ func Collisions(swh *v1alpha1.ServiceWithHealthchecks, neighbours []v1alpha1.Ser
 			}
 			for _, q := range n.Spec.Ports {
 				if slicemeta.Prefix(n.Name, q.Name) == mine {
-					out = append(out, fmt.Sprintf("port %s collides with resource %s, port %s", specPortLabel(p), n.Name, specPortLabel(q)))
+					out = append(out, fmt.Sprintf("port %s collides with resource %s, port %s", p.DisplayName(), n.Name, q.DisplayName()))
 				}
 			}
 		}

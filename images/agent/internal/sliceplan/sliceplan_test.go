@@ -1,4 +1,4 @@
-package slices
+package sliceplan
 
 import (
 	"strings"
@@ -272,6 +272,7 @@ func TestComputeSliceContent(t *testing.T) {
 		slicemeta.LabelResource:      "mail",
 		slicemeta.LabelPort:          "smtp",
 		slicemeta.LabelNode:          node,
+		slicemeta.LabelNodeKey:       node,
 	}, s.Labels)
 	assert.Equal(t, node, s.Annotations[slicemeta.AnnotationNode])
 	assert.Equal(t, []metav1.OwnerReference{slicemeta.OwnerReference("mail", "uid-1")}, s.OwnerReferences)
@@ -426,4 +427,46 @@ func TestDiff(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A resource without ports (a headless one may have none) publishes port-less slices, as the
+// built-in controller does for a headless Service without ports: one per node and family,
+// named <resource>-<node>, listing addresses only.
+func TestComputeWithoutPorts(t *testing.T) {
+	res := resource()
+	res.Spec.ClusterIP = "None"
+	p1, p2 := pod("p1", 8080, "10.0.0.1", "fd00::1"), pod("p2", 8080, "10.0.0.2")
+	p2.Status.Conditions[0].Status = corev1.ConditionFalse
+	got := Compute(Input{Resource: res, Node: node, Pods: evaluated(res, nil, p1, p2)})
+	names := map[string][]string{}
+	for _, d := range got {
+		assert.Empty(t, d.Slice.Ports, "%s lists no port", d.Slice.Name)
+		port, ok := slicemeta.PortOf(d.Slice)
+		assert.True(t, ok)
+		assert.Empty(t, port, "the port label is empty, as for a single unnamed port")
+		var eps []string
+		for _, e := range d.Slice.Endpoints {
+			eps = append(eps, e.Addresses[0]+"="+b(*e.Conditions.Ready)+b(*e.Conditions.Serving)+b(*e.Conditions.Terminating))
+		}
+		names[d.Slice.Name] = eps
+	}
+	assert.Equal(t, map[string][]string{
+		"mail-node-a":      {"10.0.0.1=TTF", "10.0.0.2=FFF"},
+		"mail-node-a-ipv6": {"fd00::1=TTF"},
+	}, names, "without probes the pods follow their Ready condition")
+}
+
+// An appProtocol the EndpointSlice API refuses (admitted before admission checked it) is left
+// out, so the port is still published.
+func TestComputeLeavesOutAnAppProtocolTheAPIRefuses(t *testing.T) {
+	res := resource(webPort)
+	bad := "not a/qualified name"
+	res.Spec.Ports[0].AppProtocol = &bad
+	got := Compute(Input{Resource: res, Node: node, Pods: evaluated(res, nil, pod("p1", 8080, "10.0.0.1"))})
+	require.Len(t, got, 1)
+	assert.Nil(t, got[0].Slice.Ports[0].AppProtocol)
+	good := "kubernetes.io/h2c"
+	res.Spec.Ports[0].AppProtocol = &good
+	got = Compute(Input{Resource: res, Node: node, Pods: evaluated(res, nil, pod("p1", 8080, "10.0.0.1"))})
+	assert.Equal(t, &good, got[0].Slice.Ports[0].AppProtocol, "a qualified name is kept")
 }

@@ -1,6 +1,6 @@
-// Package slices computes, as pure functions, the EndpointSlices one agent publishes for one
+// Package sliceplan computes, as pure functions, the EndpointSlices one agent publishes for one
 // resource on its node (DESIGN §4), and the plan that turns the existing slices into them.
-package slices
+package sliceplan
 
 import (
 	"cmp"
@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
@@ -68,7 +69,7 @@ func Compute(in Input) []Desired {
 	carried := map[carryKey]discoveryv1.EndpointConditions{}
 	primaries := map[string]int32{} // "<port>/<family>" -> number of the unsuffixed slice
 	for _, s := range in.Existing {
-		port := s.Labels[slicemeta.LabelPort]
+		port, _ := slicemeta.PortOf(s)
 		for _, e := range s.Endpoints {
 			if e.TargetRef == nil || len(e.Addresses) == 0 {
 				continue
@@ -89,7 +90,7 @@ func Compute(in Input) []Desired {
 			if !ep.Published || ep.PortIndex >= len(in.Resource.Spec.Ports) {
 				continue
 			}
-			portName := in.Resource.Spec.Ports[ep.PortIndex].Name
+			portName := portOf(in.Resource, ep.PortIndex).Name
 			for _, ip := range podIPs(p.Pod) {
 				family := addressType(ip)
 				if family == "" {
@@ -135,7 +136,7 @@ func Compute(in Input) []Desired {
 		counts[k][gk.number] = n
 	}
 	for k, byNumber := range counts {
-		if n, ok := primaries[in.Resource.Spec.Ports[k.port].Name+"/"+string(k.family)]; ok && byNumber[n] > 0 {
+		if n, ok := primaries[portOf(in.Resource, k.port).Name+"/"+string(k.family)]; ok && byNumber[n] > 0 {
 			primary[k] = n
 			continue
 		}
@@ -150,7 +151,7 @@ func Compute(in Input) []Desired {
 
 	out := make([]Desired, 0, len(groups))
 	for gk, eps := range groups {
-		sp := in.Resource.Spec.Ports[gk.port]
+		sp := portOf(in.Resource, gk.port)
 		key := slicemeta.SliceKey{Resource: in.Resource.Name, Port: sp.Name, Node: in.Node, AddressType: gk.family}
 		if gk.family == discoveryv1.AddressTypeIPv4 {
 			key.AddressType = ""
@@ -166,11 +167,7 @@ func Compute(in Input) []Desired {
 }
 
 func newSlice(in Input, key slicemeta.SliceKey, family discoveryv1.AddressType, sp v1alpha1.ServicePort, number int32, eps []discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
-	name, proto, port := sp.Name, sp.Protocol, number
-	if proto == "" {
-		proto = corev1.ProtocolTCP
-	}
-	return &discoveryv1.EndpointSlice{
+	s := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            key.Name(),
 			Namespace:       in.Resource.Namespace,
@@ -180,13 +177,36 @@ func newSlice(in Input, key slicemeta.SliceKey, family discoveryv1.AddressType, 
 		},
 		AddressType: family,
 		Endpoints:   eps,
-		Ports: []discoveryv1.EndpointPort{{
-			Name:        &name,
-			Protocol:    &proto,
-			Port:        &port,
-			AppProtocol: sp.AppProtocol,
-		}},
 	}
+	if sp.Port == 0 {
+		// A resource without ports: the slice lists addresses only, as the built-in
+		// controller's slices of a headless Service without ports do.
+		return s
+	}
+	name, proto, port := sp.Name, sp.Protocol, number
+	if proto == "" {
+		proto = corev1.ProtocolTCP
+	}
+	s.Ports = []discoveryv1.EndpointPort{{Name: &name, Protocol: &proto, Port: &port, AppProtocol: appProtocol(sp)}}
+	return s
+}
+
+// appProtocol is the port's appProtocol when the EndpointSlice API accepts it (a qualified
+// name). Admission refuses other values now; one admitted before that rule is left out, so the
+// port is still published (the status reports the value: SpecOutOfBounds).
+func appProtocol(sp v1alpha1.ServicePort) *string {
+	if sp.AppProtocol == nil || len(validation.IsQualifiedName(*sp.AppProtocol)) > 0 {
+		return nil
+	}
+	return sp.AppProtocol
+}
+
+// portOf is the Service port of an endpoint's PortIndex; the zero port for portrule.NoPort.
+func portOf(swh *v1alpha1.ServiceWithHealthchecks, index int) v1alpha1.ServicePort {
+	if index == portrule.NoPort {
+		return v1alpha1.ServicePort{}
+	}
+	return swh.Spec.Ports[index]
 }
 
 func endpoint(in Input, pod *corev1.Pod, ip string, ready, serving, terminating bool) discoveryv1.Endpoint {
@@ -253,6 +273,9 @@ type Plan struct {
 	Update    []*discoveryv1.EndpointSlice
 	Delete    []*discoveryv1.EndpointSlice
 	Conflicts []Conflict
+	// Keys holds the key of every desired slice by name: the publisher checks against it that a
+	// slice it retries on, or finds in its way, is still this (resource, port, node)'s.
+	Keys map[string]slicemeta.SliceKey
 }
 
 // HasChanges tells whether applying the plan writes anything.
@@ -268,17 +291,18 @@ func (p Plan) HasChanges() bool {
 // held by anything else is a Conflict and is not touched. Own slices of the node that are no
 // longer desired are deleted.
 func Diff(resource string, uid types.UID, node string, desired []Desired, existing map[string]*discoveryv1.EndpointSlice) Plan {
-	var p Plan
+	p := Plan{Keys: make(map[string]slicemeta.SliceKey, len(desired))}
 	want := map[string]bool{}
 	for _, d := range desired {
 		want[d.Slice.Name] = true
+		p.Keys[d.Slice.Name] = d.Key
 		cur, ok := existing[d.Slice.Name]
 		if !ok {
 			p.Create = append(p.Create, d.Slice)
 			continue
 		}
 		if !slicemeta.IsManaged(cur) || !d.Key.Matches(cur) {
-			p.Conflicts = append(p.Conflicts, Conflicts(d.Slice.Name, cur))
+			p.Conflicts = append(p.Conflicts, ConflictOf(d.Slice.Name, cur))
 			continue
 		}
 		if u, changed := Merge(cur, d.Slice); changed {
@@ -292,7 +316,7 @@ func Diff(resource string, uid types.UID, node string, desired []Desired, existi
 	slices.Sort(names)
 	for _, name := range names {
 		cur := existing[name]
-		if want[name] || !slicemeta.IsOwnedBy(cur, uid) || cur.Labels[slicemeta.LabelResource] != resource || slicemeta.NodeOf(cur) != node {
+		if want[name] || !slicemeta.IsOwnedBy(cur, uid) || slicemeta.ResourceOf(cur) != resource || slicemeta.NodeOf(cur) != node {
 			continue
 		}
 		p.Delete = append(p.Delete, cur)
@@ -300,8 +324,9 @@ func Diff(resource string, uid types.UID, node string, desired []Desired, existi
 	return p
 }
 
-// Conflicts describes the slice cur that holds name.
-func Conflicts(name string, cur *discoveryv1.EndpointSlice) Conflict {
+// ConflictOf describes the conflict of a desired name held by cur, a slice this agent may not
+// write.
+func ConflictOf(name string, cur *discoveryv1.EndpointSlice) Conflict {
 	c := Conflict{Name: name}
 	switch {
 	case !slicemeta.IsManaged(cur):
@@ -311,7 +336,8 @@ func Conflicts(name string, cur *discoveryv1.EndpointSlice) Conflict {
 			c.Holder = "a slice not managed by this module"
 		}
 	default:
-		c.Holder = fmt.Sprintf("the slice of resource %q, port %q, node %q", cur.Labels[slicemeta.LabelResource], cur.Labels[slicemeta.LabelPort], slicemeta.NodeOf(cur))
+		port, _ := slicemeta.PortOf(cur)
+		c.Holder = fmt.Sprintf("the slice of resource %q, port %q, node %q", slicemeta.ResourceOf(cur), port, slicemeta.NodeOf(cur))
 	}
 	return c
 }
@@ -361,7 +387,7 @@ func ownerRefs(refs []metav1.OwnerReference, ref metav1.OwnerReference) ([]metav
 	out := []metav1.OwnerReference{ref}
 	found := false
 	for _, r := range refs {
-		if r.Kind == ref.Kind && r.APIVersion == ref.APIVersion {
+		if slicemeta.IsResourceRef(r) {
 			if equality.Semantic.DeepEqual(r, ref) {
 				found = true
 			}

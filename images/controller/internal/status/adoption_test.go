@@ -1,0 +1,97 @@
+package status
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+)
+
+const testUID = types.UID("0b5e3f4c-uid")
+
+// adoptee is a resource "web" with one port http 80 -> 8080, changed by mods.
+func adoptee(mods ...func(*v1alpha1.ServiceWithHealthchecks)) *v1alpha1.ServiceWithHealthchecks {
+	s := &v1alpha1.ServiceWithHealthchecks{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", UID: testUID},
+		Spec: v1alpha1.ServiceWithHealthchecksSpec{Ports: []v1alpha1.ServicePort{
+			{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)},
+		}},
+	}
+	for _, m := range mods {
+		m(s)
+	}
+	return s
+}
+
+// TestPortsWithoutReadyEndpoint: the adoption clears the selector only once every port has a
+// ready endpoint of ours (DESIGN §11), read from the same per-port counts as the status.
+func TestPortsWithoutReadyEndpoint(t *testing.T) {
+	twoPorts := adoptee(func(s *v1alpha1.ServiceWithHealthchecks) {
+		s.Spec.Ports = append(s.Spec.Ports, v1alpha1.ServicePort{Name: "metrics", Protocol: corev1.ProtocolTCP, Port: 9090})
+	})
+	ready := func(r bool) discoveryv1.Endpoint {
+		return discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: &r}}
+	}
+	slice := func(port string, uid types.UID, managedBy string, eps ...discoveryv1.Endpoint) discoveryv1.EndpointSlice {
+		key := slicemeta.SliceKey{Resource: "web", Port: port, Node: "n1"}
+		s := discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: key.Name(), Labels: key.Labels(), OwnerReferences: []metav1.OwnerReference{slicemeta.OwnerReference("web", uid)}},
+			Endpoints:  eps,
+		}
+		s.Labels[discoveryv1.LabelManagedBy] = managedBy
+		return s
+	}
+	tests := map[string]struct {
+		swh    *v1alpha1.ServiceWithHealthchecks
+		slices []discoveryv1.EndpointSlice
+		want   []string
+	}{
+		"no slices: every port waits": {swh: twoPorts, want: []string{"http", "metrics"}},
+		"one port with a ready endpoint": {
+			swh: twoPorts, slices: []discoveryv1.EndpointSlice{slice("http", testUID, slicemeta.ManagedBy, ready(true))}, want: []string{"metrics"},
+		},
+		"every port with a ready endpoint": {swh: twoPorts, slices: []discoveryv1.EndpointSlice{
+			slice("http", testUID, slicemeta.ManagedBy, ready(false), ready(true)), slice("metrics", testUID, slicemeta.ManagedBy, ready(true)),
+		}},
+		"a slice whose endpoints are all not ready does not count": {swh: twoPorts, slices: []discoveryv1.EndpointSlice{
+			slice("http", testUID, slicemeta.ManagedBy, ready(false)), slice("metrics", testUID, slicemeta.ManagedBy, ready(true)),
+		}, want: []string{"http"}},
+		"an empty slice does not count": {swh: twoPorts, slices: []discoveryv1.EndpointSlice{
+			slice("http", testUID, slicemeta.ManagedBy), slice("metrics", testUID, slicemeta.ManagedBy, ready(true)),
+		}, want: []string{"http"}},
+		"a missing ready condition counts as ready, as kube-proxy reads it": {swh: twoPorts, slices: []discoveryv1.EndpointSlice{
+			slice("http", testUID, slicemeta.ManagedBy, discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}}),
+			slice("metrics", testUID, slicemeta.ManagedBy, ready(true)),
+		}},
+		"a ready endpoint in another node's slice of the port counts": {swh: twoPorts, slices: func() []discoveryv1.EndpointSlice {
+			other := slice("http", testUID, slicemeta.ManagedBy, ready(true))
+			other.Name += "-n2"
+			return []discoveryv1.EndpointSlice{slice("http", testUID, slicemeta.ManagedBy, ready(false)), other, slice("metrics", testUID, slicemeta.ManagedBy, ready(true))}
+		}()},
+		"a slice of a deleted resource does not count": {swh: twoPorts, slices: []discoveryv1.EndpointSlice{
+			slice("http", "dead", slicemeta.ManagedBy, ready(true)), slice("metrics", testUID, slicemeta.ManagedBy, ready(true)),
+		}, want: []string{"http"}},
+		"another controller's slice does not count": {swh: twoPorts, slices: []discoveryv1.EndpointSlice{
+			slice("http", testUID, "endpointslice-controller.k8s.io", ready(true)), slice("metrics", testUID, slicemeta.ManagedBy, ready(true)),
+		}, want: []string{"http"}},
+		"a single unnamed port is named by its number": {
+			swh: adoptee(func(s *v1alpha1.ServiceWithHealthchecks) { s.Spec.Ports[0].Name = "" }), want: []string{"80"},
+		},
+		"a single unnamed port is covered by a slice with an empty port label": {
+			swh:    adoptee(func(s *v1alpha1.ServiceWithHealthchecks) { s.Spec.Ports[0].Name = "" }),
+			slices: []discoveryv1.EndpointSlice{slice("", testUID, slicemeta.ManagedBy, ready(true))},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			assert.Equal(t, tc.want, WithoutReady(Ports(tc.swh, Owned(tc.swh, tc.slices))))
+		})
+	}
+}

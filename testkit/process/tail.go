@@ -1,0 +1,43 @@
+package process
+
+import (
+	"io"
+	"os"
+)
+
+// Tail returns the last max bytes of a file, after a "[...]" line when it is longer; an error
+// reading it is returned as the text.
+func Tail(path string, max int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer func() { _ = f.Close() }()
+	st, err := f.Stat()
+	if err != nil {
+		return err.Error()
+	}
+	off := st.Size() - max
+	prefix := ""
+	if off > 0 {
+		prefix = "[...]\n"
+	} else {
+		off = 0
+	}
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
+		return err.Error()
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return err.Error()
+	}
+	return prefix + string(b)
+}
+
+// tailString is Tail of a text held in memory.
+func tailString(s string, max int64) string {
+	if int64(len(s)) <= max {
+		return s
+	}
+	return "[...]\n" + s[int64(len(s))-max:]
+}
