@@ -230,6 +230,20 @@ func TestTheAgentWritesOnlyItsOwnNodesSlicesAndLease(t *testing.T) {
 			s.Labels[slicemeta.LabelNode] = nodeB
 			return c.Create(ctx, s)
 		}},
+		"a slice keyed for node-b's cache is refused": {refusal: refusedNodeAnnotation, do: func(ctx context.Context, c client.Client) error {
+			s := ourSlice(tenant, "web", nodeA, nodeA)
+			s.Labels[slicemeta.LabelNodeKey] = slicemeta.NodeKey(nodeB)
+			return c.Create(ctx, s)
+		}},
+		"a slice without the node-key label, as agents before it wrote them, is admitted and keyed": {do: func(ctx context.Context, c client.Client) error {
+			s := ourSlice(tenant, "older", nodeA, nodeA)
+			delete(s.Labels, slicemeta.LabelNodeKey)
+			if err := c.Create(ctx, s); err != nil {
+				return err
+			}
+			s.Labels[slicemeta.LabelNodeKey] = slicemeta.NodeKey(nodeA)
+			return c.Update(ctx, s)
+		}},
 		"a slice another controller manages is refused": {refusal: refusedNotManaged, do: func(ctx context.Context, c client.Client) error {
 			s := ourSlice(tenant, "web", nodeA, nodeA)
 			s.Labels[discoveryv1.LabelManagedBy] = "endpointslice-controller.k8s.io"
@@ -301,6 +315,10 @@ func TestTheAgentWritesOnlyItsOwnNodesSlicesAndLease(t *testing.T) {
 		l.Name = slicemeta.AgentLeaseName(nodeA)
 		policyRefusal(t, long.Create(t.Context(), l, client.DryRunAll), refusedLeaseName+"<digest of its node name>")
 		policyRefusal(t, long.Create(t.Context(), ourSlice(tenant, "web", nodeA, longNode)), refusedNodeAnnotation)
+		require.Equal(t, slicemeta.NodeKey(longNode), s.Labels[slicemeta.LabelNodeKey], "a digested node key")
+		keyed := ourSlice(tenant, "api", longNode, longNode)
+		keyed.Labels[slicemeta.LabelNodeKey] = nodeA
+		policyRefusal(t, long.Create(t.Context(), keyed), refusedNodeAnnotation)
 	})
 	t.Run("an agent whose token names no node writes nothing", func(t *testing.T) {
 		c := impersonatedClient(t, "agent")
