@@ -101,7 +101,7 @@ func TestGarbageSlicesAreDeletedAndTheRestSurvives(t *testing.T) {
 // deterministic: a slice is left by a deleted incarnation of "web" (owner: the old UID) and the
 // resource is created again; the collector decides from a snapshot that the slice is garbage
 // (OwnerMismatch); then the agent adopts it through the API (owner: the new UID, as
-// images/agent/internal/slices.Merge writes it), and only then the collector confirms and
+// images/agent/internal/sliceplan.Merge writes it), and only then the collector confirms and
 // deletes. The delete carries the snapshot's UID and resourceVersion, so it conflicts and the
 // adopted slice stays, published. Without the adoption the same decision deletes the slice:
 // the delete did run.
