@@ -28,8 +28,8 @@ func baseCounts() map[string]int {
 		"Deployment":                       1,
 		"DaemonSet":                        1,
 		"PodDisruptionBudget":              1,
-		"ValidatingAdmissionPolicy":        1,
-		"ValidatingAdmissionPolicyBinding": 1,
+		"ValidatingAdmissionPolicy":        6,
+		"ValidatingAdmissionPolicyBinding": 6,
 	}
 }
 

@@ -34,6 +34,10 @@ const (
 	Namespace = "d8-service-with-healthchecks"
 	// MonitoringNamespace is where the platform's Prometheus and the PodMonitors live.
 	MonitoringNamespace = "d8-monitoring"
+	// ControllerElectionLease is the controller's leader-election Lease in the module namespace
+	// (images/controller/internal/controller.LeaderElectionID), the only Lease its policy lets it
+	// write.
+	ControllerElectionLease = "service-with-healthchecks-controller"
 )
 
 // Root is the repository root (the folder with go.work).

@@ -121,12 +121,20 @@ func (r *Reconciler) confirmAndDelete(ctx context.Context, key types.NamespacedN
 	return errors.Join(errs...)
 }
 
+// deleteSlice deletes the slice exactly as it was decided on: the UID and resourceVersion
+// preconditions make the delete fail if the slice changed since (an agent took it over for the
+// live resource, DESIGN §5: the adopted slice must not go), and the change's own event brings
+// the decision back with the new content.
 func (r *Reconciler) deleteSlice(ctx context.Context, g gc.Garbage) error {
-	err := r.client.Delete(ctx, g.Slice, client.Preconditions{UID: &g.Slice.UID})
+	uid, rv := g.Slice.UID, g.Slice.ResourceVersion
+	err := r.client.Delete(ctx, g.Slice, client.Preconditions{UID: &uid, ResourceVersion: &rv})
 	switch {
 	case err == nil:
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-		// Gone already, or replaced by a slice of the same name that is not this garbage.
+		// Gone already, replaced by a slice of the same name, or changed since the decision:
+		// not this garbage.
+		ctrl.LoggerFrom(ctx).V(1).Info("a garbage EndpointSlice changed or went before its deletion; deciding again on its next event",
+			"endpointSlice", client.ObjectKeyFromObject(g.Slice), "reason", string(g.Reason), "error", err.Error())
 		return nil
 	default:
 		r.metrics.Errors.WithLabelValues(metrics.OpDeleteSlice).Inc()
