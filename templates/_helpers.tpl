@@ -86,13 +86,25 @@ module's own registry is (lib-helm's helm_lib_module_common_image).
 {{- printf "%s@%s" $registry $digest -}}
 {{- end -}}
 
-{{- /* Name of the registry Secret both pods pull with (templates/registry-secret.yaml). */ -}}
-{{- define "swh.registrySecretName" -}}{{ include "swh.name" . }}-module-registry{{- end -}}
+{{- /* Names of the registry Secrets (templates/registry-secret.yaml). */ -}}
+{{- define "swh.moduleRegistrySecret" -}}{{ include "swh.name" . }}-module-registry{{- end -}}
+{{- define "swh.platformRegistrySecret" -}}deckhouse-registry{{- end -}}
 
-{{- /* imagePullSecrets of every pod. */ -}}
+{{- /* imagePullSecrets of every pod: the registry Secrets that are rendered, none without any. */ -}}
 {{- define "swh.imagePullSecrets" -}}
+{{- $names := list -}}
+{{- if dig "registry" "dockercfg" "" (.Values.serviceWithHealthchecks | default dict) -}}
+{{- $names = append $names (include "swh.moduleRegistrySecret" .) -}}
+{{- end -}}
+{{- if dig "modulesImages" "registry" "dockercfg" "" (.Values.global | default dict) -}}
+{{- $names = append $names (include "swh.platformRegistrySecret" .) -}}
+{{- end -}}
+{{- if $names }}
 imagePullSecrets:
-- name: {{ include "swh.registrySecretName" . }}
+{{- range $names }}
+- name: {{ . }}
+{{- end }}
+{{- end -}}
 {{- end -}}
 
 {{- /*

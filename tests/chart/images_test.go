@@ -4,7 +4,6 @@
 package chart
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"maps"
 	"slices"
@@ -14,11 +13,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/deckhouse/service-with-healthchecks/tests/internal/bundle"
 )
-
-const registrySecret = "service-with-healthchecks-module-registry"
 
 // podSpecs are the pod templates of the chart, by workload.
 func podSpecs(t *testing.T, objs bundle.Objects) map[string]*corev1.PodSpec {
@@ -94,11 +92,16 @@ func TestEveryImageIsTheOneDeckhouseWouldPull(t *testing.T) {
 	}
 }
 
-// dockerAuths decodes the registry Secret's .dockerconfigjson into its auths.
-func dockerAuths(t *testing.T, objs bundle.Objects) map[string]map[string]any {
+const (
+	moduleRegistrySecret   = "service-with-healthchecks-module-registry"
+	platformRegistrySecret = "deckhouse-registry"
+)
+
+// dockerAuths decodes a registry Secret's .dockerconfigjson into its auths.
+func dockerAuths(t *testing.T, objs bundle.Objects, name string) map[string]map[string]any {
 	t.Helper()
-	obj := objs.Get("Secret", bundle.Namespace, registrySecret)
-	require.NotNil(t, obj, "the registry Secret %s/%s", bundle.Namespace, registrySecret)
+	obj := objs.Get("Secret", bundle.Namespace, name)
+	require.NotNil(t, obj, "the registry Secret %s/%s", bundle.Namespace, name)
 	secret := &corev1.Secret{}
 	require.NoError(t, bundle.Convert(obj, secret))
 	assert.Equal(t, corev1.SecretTypeDockerConfigJson, secret.Type)
@@ -107,83 +110,90 @@ func dockerAuths(t *testing.T, objs bundle.Objects) map[string]map[string]any {
 		Auths map[string]map[string]any `json:"auths"`
 	}
 	require.NoError(t, json.Unmarshal(secret.Data[corev1.DockerConfigJsonKey], &cfg), "the Secret holds a docker config JSON")
-	require.NotNil(t, cfg.Auths, "the docker config has an auths object")
 	return cfg.Auths
 }
 
-func TestBothPodsPullWithTheModuleRegistrySecret(t *testing.T) {
+func TestBothPodsPullWithTheRegistrySecrets(t *testing.T) {
 	cases := map[string]struct {
-		set       bundle.ValueSet
-		wantAuths []string
+		set         bundle.ValueSet
+		wantSecrets []string
+		wantAuths   map[string][]string
 	}{
-		"an embedded module's Secret has the platform's credentials": {
-			set: bundle.ValueSets()[bundle.SetDefaults], wantAuths: []string{bundle.GlobalRegistryHost},
+		"an embedded module pulls with the platform's credentials": {
+			set:         bundle.ValueSets()[bundle.SetDefaults],
+			wantSecrets: []string{platformRegistrySecret},
+			wantAuths:   map[string][]string{platformRegistrySecret: {bundle.GlobalRegistryHost}},
 		},
-		"an external module's Secret has its own registry's credentials beside the platform's": {
-			set: bundle.ValueSets()[bundle.SetExternal], wantAuths: []string{bundle.ExternalRegistryHost, bundle.GlobalRegistryHost},
+		"an external module pulls with its own registry's credentials and the platform's": {
+			set:         bundle.ValueSets()[bundle.SetExternal],
+			wantSecrets: []string{moduleRegistrySecret, platformRegistrySecret},
+			wantAuths: map[string][]string{
+				moduleRegistrySecret:   {bundle.ExternalRegistryHost},
+				platformRegistrySecret: {bundle.GlobalRegistryHost},
+			},
 		},
-		"without any dockercfg the Secret is empty and pulls are anonymous": {
-			set: bundle.ValueSets()[bundle.SetNoDockercfg], wantAuths: []string{},
+		"without any dockercfg nothing renders and pulls are anonymous": {
+			set: bundle.ValueSets()[bundle.SetNoDockercfg],
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			objs, err := tc.set.Render()
 			require.NoError(t, err)
-			auths := dockerAuths(t, objs)
-			assert.ElementsMatch(t, tc.wantAuths, slices.Collect(maps.Keys(auths)))
+			var secrets []string
+			for _, s := range objs.OfKind("Secret") {
+				secrets = append(secrets, s.GetName())
+			}
+			assert.ElementsMatch(t, tc.wantSecrets, secrets)
+			// Every registry an image comes from has credentials in one of the pod's Secrets.
+			covered := map[string]bool{}
+			for secret, hosts := range tc.wantAuths {
+				auths := dockerAuths(t, objs, secret)
+				assert.ElementsMatch(t, hosts, slices.Collect(maps.Keys(auths)), "the auths of %s", secret)
+				for _, h := range hosts {
+					covered[h] = true
+				}
+			}
+			var want []corev1.LocalObjectReference
+			for _, s := range tc.wantSecrets {
+				want = append(want, corev1.LocalObjectReference{Name: s})
+			}
 			for workload, spec := range podSpecs(t, objs) {
-				assert.Equal(t, []corev1.LocalObjectReference{{Name: registrySecret}}, spec.ImagePullSecrets, workload)
-				if len(tc.wantAuths) == 0 {
+				assert.ElementsMatch(t, want, spec.ImagePullSecrets, workload)
+				if len(tc.wantSecrets) == 0 {
 					continue
 				}
 				for _, c := range spec.Containers {
 					domain := reference.Domain(parseImage(t, c.Image))
-					assert.Contains(t, auths, domain, "%s/%s is pulled from %s, which the Secret must have credentials for", workload, c.Name, domain)
+					assert.True(t, covered[domain], "%s/%s is pulled from %s, for which no pull Secret has credentials", workload, c.Name, domain)
 				}
 			}
 		})
 	}
 }
 
-// TestTheModuleCredentialsWinForTheirRegistry: when both dockercfgs name the same registry the
-// module's own entry is the one kept.
-func TestTheModuleCredentialsWinForTheirRegistry(t *testing.T) {
-	set := bundle.ValueSets()[bundle.SetExternal]
-	values, err := set.Values()
+// TestTheDockercfgsPassThroughUnchanged: the Secrets carry the platform's values byte for byte.
+func TestTheDockercfgsPassThroughUnchanged(t *testing.T) {
+	objs, err := bundle.ValueSets()[bundle.SetExternal].Render()
 	require.NoError(t, err)
-	module := values[bundle.ValuesKey].(map[string]any)
-	module["registry"].(map[string]any)["dockercfg"] = base64.StdEncoding.EncodeToString(
-		[]byte(`{"auths":{"` + bundle.GlobalRegistryHost + `":{"auth":"bW9kdWxlOm93bg=="}}}`))
-	rendered, err := bundle.Render(values)
-	require.NoError(t, err)
-	auths := dockerAuths(t, rendered)
-	require.Contains(t, auths, bundle.GlobalRegistryHost)
-	assert.Equal(t, "bW9kdWxlOm93bg==", auths[bundle.GlobalRegistryHost]["auth"])
+	for name, want := range map[string]string{moduleRegistrySecret: bundle.ModuleDockercfg, platformRegistrySecret: bundle.GlobalDockercfg} {
+		obj := objs.Get("Secret", bundle.Namespace, name)
+		require.NotNil(t, obj, name)
+		got, _, err := unstructured.NestedString(obj.Object, "data", corev1.DockerConfigJsonKey)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, name)
+	}
 }
 
-// TestBadRegistryValuesFailTheRenderWithAMessage: what would make every pod fail to pull stops
-// the render instead, naming the value.
-func TestBadRegistryValuesFailTheRenderWithAMessage(t *testing.T) {
+// TestBadPackageValuesFailTheRenderWithAMessage: package values that would make every pod fail
+// to pull stop the render instead, naming the value. (A malformed dockercfg is refused by the API
+// server when the Secret is written: tests/cluster.)
+func TestBadPackageValuesFailTheRenderWithAMessage(t *testing.T) {
 	cases := map[string]struct {
 		set     string
 		change  func(values, context map[string]any)
 		wantErr string
 	}{
-		"a dockercfg that is not base64 JSON": {
-			set: bundle.SetExternal,
-			change: func(values, _ map[string]any) {
-				values["global"].(map[string]any)["modulesImages"].(map[string]any)["registry"].(map[string]any)["dockercfg"] = "not base64 at all"
-			},
-			wantErr: "global.modulesImages.registry.dockercfg is not base64 of a docker config JSON",
-		},
-		"a module dockercfg whose auths is not an object": {
-			set: bundle.SetExternal,
-			change: func(values, _ map[string]any) {
-				values[bundle.ValuesKey].(map[string]any)["registry"].(map[string]any)["dockercfg"] = base64.StdEncoding.EncodeToString([]byte(`{"auths":["x"]}`))
-			},
-			wantErr: "serviceWithHealthchecks.registry.dockercfg is not base64 of a docker config JSON",
-		},
 		"a package without the agent's digest": {
 			set: bundle.SetPackage,
 			change: func(_, context map[string]any) {

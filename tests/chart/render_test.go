@@ -37,6 +37,9 @@ func baseCounts() map[string]int {
 func with(counts map[string]int, add map[string]int) map[string]int {
 	for k, v := range add {
 		counts[k] += v
+		if counts[k] == 0 {
+			delete(counts, k)
+		}
 	}
 	return counts
 }
@@ -128,16 +131,18 @@ func valueSets() map[string]valueSetCase {
 			wantLostGrace:   "40s",
 		},
 		// The deliveries change images and pull credentials only (images_test.go).
-		bundle.SetExternal:    defaultsCase(),
-		bundle.SetPackage:     defaultsCase(),
-		bundle.SetNoDockercfg: defaultsCase(),
+		// with the module's registry Secret beside the platform's
+		bundle.SetExternal: defaultsCase(with(baseCounts(), with(map[string]int{"Secret": 1}, platformObjects))),
+		bundle.SetPackage:  defaultsCase(with(baseCounts(), platformObjects)),
+		// no registry Secret at all
+		bundle.SetNoDockercfg: defaultsCase(with(baseCounts(), with(map[string]int{"Secret": -1}, platformObjects))),
 	}
 }
 
-// defaultsCase is what the default settings render.
-func defaultsCase() valueSetCase {
+// defaultsCase is what the default settings render, with these counts.
+func defaultsCase(counts map[string]int) valueSetCase {
 	return valueSetCase{
-		wantCounts:      with(baseCounts(), platformObjects),
+		wantCounts:      counts,
 		wantReplicas:    2,
 		wantTolerations: systemTolerations,
 		wantLogLevel:    "info",

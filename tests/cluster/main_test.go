@@ -55,9 +55,7 @@ func run(m *testing.M) int {
 
 func render(t *testing.T, set bundle.ValueSet) bundle.Objects {
 	t.Helper()
-	values, err := set.Values()
-	require.NoError(t, err)
-	objs, err := bundle.Render(values)
+	objs, err := set.Render()
 	require.NoError(t, err)
 	return objs
 }
