@@ -167,7 +167,13 @@ func RenderWithFiles(values, extra map[string]any, files map[string][]byte) ([]*
 	if err != nil {
 		return nil, err
 	}
-	chrt, err := loader.LoadDir(root)
+	return RenderDir(root, values, extra, files)
+}
+
+// RenderDir is RenderWithFiles of the chart in dir (a copy of the bundle, say) instead of the
+// repository root.
+func RenderDir(dir string, values, extra map[string]any, files map[string][]byte) ([]*unstructured.Unstructured, error) {
+	chrt, err := loader.LoadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("loading the chart: %w", err)
 	}
