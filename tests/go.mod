@@ -4,6 +4,8 @@ go 1.26.0
 
 require (
 	github.com/Masterminds/sprig/v3 v3.3.0
+	github.com/deckhouse/deckhouse/pkg/log v0.2.0
+	github.com/deckhouse/module-sdk v0.10.0
 	github.com/deckhouse/service-with-healthchecks/api v0.0.0
 	github.com/deckhouse/service-with-healthchecks/testkit v0.0.0
 	github.com/distribution/reference v0.6.0
@@ -19,6 +21,20 @@ require (
 )
 
 require (
+	github.com/DataDog/gostackparse v0.7.0 // indirect
+	github.com/ettle/strcase v0.2.0 // indirect
+	github.com/gojuno/minimock/v3 v3.4.7 // indirect
+	github.com/google/go-containerregistry v0.20.6 // indirect
+	github.com/itchyny/gojq v0.12.17 // indirect
+	github.com/itchyny/timefmt-go v0.1.6 // indirect
+	github.com/jonboulle/clockwork v0.5.0 // indirect
+	github.com/tidwall/gjson v1.18.0 // indirect
+	github.com/tidwall/match v1.1.1 // indirect
+	github.com/tidwall/pretty v1.2.0 // indirect
+	gopkg.in/yaml.v3 v3.0.1 // indirect
+)
+
+require (
 	dario.cat/mergo v1.0.1 // indirect
 	github.com/BurntSushi/toml v1.6.0 // indirect
 	github.com/Masterminds/goutils v1.1.1 // indirect
@@ -27,8 +43,9 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/cyphar/filepath-securejoin v0.7.0 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
+	github.com/deckhouse/service-with-healthchecks/hooks v0.0.0
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
-	github.com/evanphx/json-patch/v5 v5.9.11 // indirect
+	github.com/evanphx/json-patch/v5 v5.9.11
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
 	github.com/go-logr/logr v1.4.3 // indirect
 	github.com/go-logr/zapr v1.3.0 // indirect
@@ -96,3 +113,5 @@ require (
 replace github.com/deckhouse/service-with-healthchecks/api => ../api
 
 replace github.com/deckhouse/service-with-healthchecks/testkit => ../testkit
+
+replace github.com/deckhouse/service-with-healthchecks/hooks => ../hooks

@@ -38,6 +38,8 @@ type ValueSet struct {
 	Delivery Delivery
 	// NoDockercfg leaves out every registry dockercfg (the platform's and the module's).
 	NoDockercfg bool
+	// Global are further global values of the cluster (highAvailability, ...).
+	Global map[string]any
 }
 
 // Digests and registries of the test values: placeholders, no real image has them.
@@ -112,23 +114,24 @@ func (v ValueSet) Values() (map[string]any, error) {
 	if !v.NoDockercfg {
 		registry["dockercfg"] = GlobalDockercfg
 	}
-	return map[string]any{
-		"global": map[string]any{
-			"enabledModules": enabled,
-			"discovery": map[string]any{
-				"d8SpecificNodeCountByRole": map[string]any{"system": v.SystemNodes},
-				"prometheusScrapeInterval":  30,
-			},
-			"modulesImages": map[string]any{
-				"registry": registry,
-				"digests": map[string]any{
-					"common":  map[string]any{"kubeRbacProxy": KubeRbacProxyDigest},
-					ValuesKey: map[string]any{"controller": ControllerDigest, "agent": AgentDigest},
-				},
+	global := map[string]any{
+		"enabledModules": enabled,
+		"discovery": map[string]any{
+			"d8SpecificNodeCountByRole": map[string]any{"system": v.SystemNodes},
+			"prometheusScrapeInterval":  30,
+		},
+		"modulesImages": map[string]any{
+			"registry": registry,
+			"digests": map[string]any{
+				"common":  map[string]any{"kubeRbacProxy": KubeRbacProxyDigest},
+				ValuesKey: map[string]any{"controller": ControllerDigest, "agent": AgentDigest},
 			},
 		},
-		ValuesKey: module,
-	}, nil
+	}
+	for k, val := range v.Global {
+		global[k] = deepCopy(val)
+	}
+	return map[string]any{"global": global, ValuesKey: module}, nil
 }
 
 // Context is what the platform puts into the render context beside .Values: the module package
