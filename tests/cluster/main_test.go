@@ -1,6 +1,7 @@
 // Package cluster checks the rendered chart against a real kube-apiserver: every object passes
-// server-side dry-run, the RBAC works as the real service accounts, Prometheus may scrape the
-// sidecars, and the admission policy rejects malformed credential Secrets.
+// server-side dry-run, the RBAC works as the real service accounts, and the admission policy
+// rejects malformed credential Secrets. (The kube-rbac-proxy contract is tested with the real
+// sidecar in tests/installed.)
 package cluster
 
 import (
