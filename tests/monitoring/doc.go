@@ -8,6 +8,6 @@
 //   - promtool (tools/prom, built by tools/build.sh) checks the rules and runs the unit tests
 //     in monitoring/prometheus-rules/tests; every alert has a case where it fires and one where
 //     it does not.
-//   - docs/METRICS.md and docs/METRICS_RU.md list exactly the programs' metrics, with their types
+//   - docs/METRICS.md and docs/METRICS.ru.md list exactly the programs' metrics, with their types
 //     and labels, and every alert.
 package monitoring

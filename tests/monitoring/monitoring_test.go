@@ -454,7 +454,7 @@ func TestMetricsDocsListExactlyTheProgramsMetrics(t *testing.T) {
 	for _, a := range alerts(t) {
 		alertNames = append(alertNames, a.Alert)
 	}
-	for _, doc := range []string{"METRICS.md", "METRICS_RU.md"} {
+	for _, doc := range []string{"METRICS.md", "METRICS.ru.md"} {
 		t.Run(doc, func(t *testing.T) {
 			data, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", doc))
 			require.NoError(t, err)
