@@ -174,6 +174,8 @@ func TestEveryUserPageHasItsRussianTwin(t *testing.T) {
 		"CR.md":            {sameExamples: true},
 		"EXAMPLES.md":      {sameExamples: true},
 		"FAQ.md":           {sameExamples: true},
+		"SECURITY.md":      {sameExamples: true},
+		"METRICS.md":       {sameExamples: false},
 	}
 	for page, tc := range userPages {
 		ru := strings.TrimSuffix(page, ".md") + ".ru.md"
