@@ -220,7 +220,8 @@ func (c *Cluster) StartLoadBalancer(ctx context.Context, opts LoadBalancerOption
 	return lb, nil
 }
 
-// Stop ends the health checks; traffic loops started from it end with no healthy node.
+// Stop ends the health checks; the view of the nodes stays as it was last, so traffic loops
+// still running go on with it.
 func (lb *LoadBalancer) Stop() {
 	lb.cancel()
 	lb.wg.Wait()

@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
@@ -22,10 +21,10 @@ import (
 const handManagedBy = "e2e-lb-test"
 
 var (
-	readyConds       = discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)}
-	notReadyConds    = discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(false), Terminating: ptr.To(false)}
-	drainingConds    = discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(true), Terminating: ptr.To(true)}
-	terminatingConds = discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(false), Terminating: ptr.To(true)}
+	readyConds       = discoveryv1.EndpointConditions{Ready: ref(true), Serving: ref(true), Terminating: ref(false)}
+	notReadyConds    = discoveryv1.EndpointConditions{Ready: ref(false), Serving: ref(false), Terminating: ref(false)}
+	drainingConds    = discoveryv1.EndpointConditions{Ready: ref(false), Serving: ref(true), Terminating: ref(true)}
+	terminatingConds = discoveryv1.EndpointConditions{Ready: ref(false), Serving: ref(false), Terminating: ref(true)}
 )
 
 // TestKubeProxyCountsOnlyReadyLocalEndpointsForTheHealthCheck confirms on the real kube-proxy
@@ -173,7 +172,7 @@ func writeHandSlice(t *testing.T, c *cluster.Cluster, ns, service, name, port st
 		}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints:   eps,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To(port), Port: ptr.To(target), Protocol: ptr.To(corev1.ProtocolTCP)}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ref(port), Port: ref(target), Protocol: ref(corev1.ProtocolTCP)}},
 	}
 	existing := &discoveryv1.EndpointSlice{}
 	err := c.Env.Client.Get(t.Context(), client.ObjectKeyFromObject(slice), existing)
@@ -187,3 +186,6 @@ func writeHandSlice(t *testing.T, c *cluster.Cluster, ns, service, name, port st
 		require.NoError(t, err)
 	}
 }
+
+// ref is a pointer to a copy of v (slice conditions and ports are pointers).
+func ref[T any](v T) *T { return &v }
