@@ -89,6 +89,9 @@ func (c *Cluster) NewBulkPods(ctx context.Context, spec BulkSpec) (b *BulkPods, 
 	if spec.Count < 1 {
 		return nil, fmt.Errorf("bulk pods: Count %d, want at least 1", spec.Count)
 	}
+	if c.nodeNets != nil {
+		return nil, errors.New("bulk pods: not supported on a cluster with Options.NodeKubeProxies")
+	}
 	if spec.NamePrefix == "" {
 		spec.NamePrefix = "bulk"
 	}

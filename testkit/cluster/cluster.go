@@ -44,7 +44,8 @@ const ZoneLabel = corev1.LabelTopologyZone
 
 // Node is a simulated node: a Node object with an InternalIP (an address of the cluster
 // namespace), the hostname label and, when Zone is set, the zone label. All nodes share the
-// cluster namespace as their host network and the one kube-proxy as their datapath.
+// cluster namespace as their host network and the one kube-proxy as their datapath, unless
+// Options.NodeKubeProxies gives each its own.
 type Node struct {
 	// Name of the Node object.
 	Name string
@@ -71,6 +72,14 @@ type Options struct {
 	// KubeProxyOutput receives kube-proxy's log. Nil keeps it in a file that is printed when
 	// kube-proxy fails to start, or sent to stderr when SWH_TEST_KUBEPROXY_OUTPUT=1.
 	KubeProxyOutput io.Writer
+	// NodeKubeProxies gives every node a network namespace of its own as its host network (the
+	// node's InternalIP, the node ends of its pods' veth pairs) and runs a kube-proxy in each
+	// (nftables, --hostname-override=<node>, node ports and health check node ports on the
+	// node's address), instead of one kube-proxy in the cluster namespace: what
+	// externalTrafficPolicy: Local needs, where each node answers from its own local endpoints.
+	// It excludes KubeProxy (nothing routes ClusterIPs from the cluster namespace then); pods
+	// are IPv4 only and bulk pods are not supported. See development/TEST-HARNESS.md.
+	NodeKubeProxies bool
 }
 
 // Cluster is a running test cluster.
@@ -82,6 +91,9 @@ type Cluster struct {
 
 	ownEnv    bool
 	kubeProxy *kubeProxy
+	// nodeNets are the nodes' own networks (Options.NodeKubeProxies), by node name; nil
+	// without.
+	nodeNets map[string]*nodeNet
 
 	mu   sync.Mutex
 	pods map[*Pod]struct{}
@@ -158,7 +170,13 @@ func New(opts Options) (c *Cluster, err error) {
 	if len(opts.Nodes) == 0 {
 		opts.Nodes = []Node{{Name: "node-a", Zone: "zone-a"}}
 	}
+	if opts.NodeKubeProxies && opts.KubeProxy {
+		return nil, errors.New("options KubeProxy and NodeKubeProxies exclude each other: every node runs its own kube-proxy with NodeKubeProxies")
+	}
 	c = &Cluster{Env: opts.Env, pods: map[*Pod]struct{}{}}
+	if opts.NodeKubeProxies {
+		c.nodeNets = map[string]*nodeNet{}
+	}
 	defer func() {
 		if err != nil {
 			if serr := c.Stop(); serr != nil {
@@ -188,6 +206,11 @@ func New(opts Options) (c *Cluster, err error) {
 			return c, err
 		}
 		c.Nodes = append(c.Nodes, info)
+	}
+	if opts.NodeKubeProxies {
+		if err := c.startNodeKubeProxies(ctx, opts.KubeProxyOutput); err != nil {
+			return c, err
+		}
 	}
 	if opts.KubeProxy {
 		kubeProxyMu.Lock()
@@ -232,10 +255,15 @@ func (c *Cluster) addNode(ctx context.Context, n Node) (NodeInfo, error) {
 	if err != nil {
 		return NodeInfo{}, err
 	}
-	if err := ip("addr", "add", nodeIP.String()+"/32", "dev", gatewayLink); err != nil {
+	info := NodeInfo{Node: n, IP: nodeIP}
+	if c.nodeNets != nil {
+		if err := c.addNodeNetwork(n.Name, nodeIP); err != nil {
+			c.Nodes = append(c.Nodes, info) // so Stop removes what was made
+			return NodeInfo{}, err
+		}
+	} else if err := ip("addr", "add", nodeIP.String()+"/32", "dev", gatewayLink); err != nil {
 		return NodeInfo{}, fmt.Errorf("adding the address of node %s: %w", n.Name, err)
 	}
-	info := NodeInfo{Node: n, IP: nodeIP}
 	labels := map[string]string{corev1.LabelHostname: n.Name, corev1.LabelOSStable: "linux"}
 	if n.Zone != "" {
 		labels[ZoneLabel] = n.Zone
@@ -297,7 +325,11 @@ func (c *Cluster) Stop() error {
 				errs = append(errs, fmt.Errorf("deleting Node %s: %w", n.Name, err))
 			}
 		}
-		if err := ip("addr", "del", n.IP.String()+"/32", "dev", gatewayLink); err != nil {
+		if nn := c.nodeNet(n.Name); nn != nil {
+			if err := nn.remove(); err != nil {
+				errs = append(errs, err)
+			}
+		} else if err := ip("addr", "del", n.IP.String()+"/32", "dev", gatewayLink); err != nil {
 			errs = append(errs, err)
 		}
 	}

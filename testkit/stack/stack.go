@@ -83,6 +83,10 @@ type Options struct {
 	LogDir string
 	// ControllerArgs and AgentArgs are further flags of every controller and agent.
 	ControllerArgs, AgentArgs []string
+	// NodeKubeProxies starts the cluster (when Cluster is nil) with cluster.Options
+	// NodeKubeProxies instead of KubeProxy: every node its own network namespace and its own
+	// kube-proxy, for node ports and health check node ports (externalTrafficPolicy: Local).
+	NodeKubeProxies bool
 }
 
 // Stack is the product running on a cluster.
@@ -175,7 +179,7 @@ func New(ctx context.Context, opts Options) (s *Stack, err error) {
 		if nodes == nil {
 			nodes = []cluster.Node{{Name: "node-a", Zone: "zone-a"}, {Name: "node-b", Zone: "zone-b"}}
 		}
-		c, err := cluster.New(cluster.Options{Nodes: nodes, KubeProxy: true})
+		c, err := cluster.New(cluster.Options{Nodes: nodes, KubeProxy: !opts.NodeKubeProxies, NodeKubeProxies: opts.NodeKubeProxies})
 		if err != nil {
 			return s, err
 		}
