@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package metrics holds every metric the agent exports (documented in docs/METRICS.md). No metric
 // carries a per-pod or per-resource label, so the number of series does not grow with the
 // cluster and nothing is left behind when targets go.
