@@ -180,8 +180,6 @@ type pendingEvents struct {
 	writes int
 	// last is when the resource's transitions were last reported.
 	last time.Time
-	// flushing is set while a reconcile at the window's end is queued.
-	flushing bool
 }
 
 // reportTransitions reports the transitions of a resource, on a budget: Event writes follow
@@ -208,10 +206,10 @@ func (r *Reconciler) reportTransitions(swh *v1alpha1.ServiceWithHealthchecks, ha
 	p.writes += writes
 	due := p.last.Add(EventWindow)
 	if len(p.transitions) == 0 || now.Before(due) {
-		queue := len(p.transitions) > 0 && !p.flushing
-		if queue {
-			p.flushing = true
-		}
+		// Queued again by every reconcile that finds the window open: the work queue keeps one
+		// waiting entry per resource, the earliest, so a coalesced result change may have taken
+		// the place of an earlier request for the window's end.
+		queue := len(p.transitions) > 0
 		q := r.queue
 		r.mu.Unlock()
 		if queue && q != nil {
@@ -220,7 +218,7 @@ func (r *Reconciler) reportTransitions(swh *v1alpha1.ServiceWithHealthchecks, ha
 		return
 	}
 	batch, budget := p.transitions, p.writes
-	p.transitions, p.writes, p.last, p.flushing = nil, 0, now, false
+	p.transitions, p.writes, p.last = nil, 0, now
 	r.mu.Unlock()
 
 	if len(batch) <= max(minOneByOne, budget) {
