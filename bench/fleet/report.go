@@ -193,8 +193,6 @@ func loads(rs []result) string {
 
 func dur(d time.Duration) string {
 	switch {
-	case d == 0:
-		return "–"
 	case d >= 10*time.Second:
 		return fmt.Sprintf("%.1f s", d.Seconds())
 	case d >= time.Second:
