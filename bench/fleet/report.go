@@ -70,8 +70,8 @@ func report(w io.Writer, o options, builds []string, results map[string][]result
 				nums(rs, "%.2f", func(r result) float64 { return writes(r.burst.apiWrites) / n }),
 				nums(rs, "%.2f", func(r result) float64 { return r.burst.reconciles / n }))
 		}
-		p("\nRequests per burst resource by kind (medians): `VERB resource` from the API server's `apiserver_request_total` "+
-			"(watches, lists and Leases left out, the benchmark's own creates subtracted; `ipaddresses` are the API server's own "+
+		p("\nRequests per burst resource by kind (medians): `VERB resource` from the API server's `apiserver_request_total` " +
+			"(watches, lists and Leases left out, the benchmark's own creates subtracted; `ipaddresses` are the API server's own " +
 			"ClusterIP allocations), `controller METHOD` from the controller's own `rest_client_requests_total`.\n\n")
 		keys := map[string]bool{}
 		for _, b := range builds {
