@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright The service-with-healthchecks Authors.
+# SPDX-License-Identifier: Apache-2.0
 # Runs every benchmark suite in a fixed order and prints one markdown report to stdout
 # (`make bench`). Results worth keeping go to development/BENCHMARKS.md by hand, with the machine load.
 #

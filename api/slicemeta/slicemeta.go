@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package slicemeta holds what the controller and the agent must agree on about the
 // EndpointSlices this module manages: their names, labels, annotations and ownership.
 // Everything here is a pure function of plain values.

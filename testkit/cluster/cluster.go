@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cluster builds a small Kubernetes cluster for tests that is real where the module
 // touches it: a real kube-apiserver and etcd (testkit/controlplane), Node objects, pods that are
 // network namespaces with real addresses and real servers, a real kube-proxy in nftables mode

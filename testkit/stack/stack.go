@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package stack runs the product on the test cluster harness (testkit/cluster) as real
 // programs: the controller program (several replicas with leader election) and one agent
 // program per node, built from images/controller and images/agent, against the harness's real

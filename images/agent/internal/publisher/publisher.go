@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package publisher is the only code of the agent that writes EndpointSlices: it carries out a
 // sliceplan.Plan. It writes nothing the plan does not ask for, retries a conflicting update on
 // the latest version of the slice, and never writes a slice it does not own. It records no

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package sliceplan computes, as pure functions, the EndpointSlices one agent publishes for one
 // resource on its node (DESIGN §4), and the plan that turns the existing slices into them.
 package sliceplan

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package config parses and checks the controller's command line (DESIGN §12) on the module's
 // one command-line stack (lib/cmdline): the flags the programs share and the controller's own.
 package config

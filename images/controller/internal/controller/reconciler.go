@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package controller holds the reconciler of ServiceWithHealthchecks: it keeps the child Service,
 // collects garbage EndpointSlices and writes the status. It observes, asks the pure deciders in
 // childservice, gc and status what to do, and only then writes.

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package status computes the status of a ServiceWithHealthchecks from what the controller
 // observed. It is a pure function; the reconciler writes the result only when it differs from
 // the status the resource already has.

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package withdraw withdraws the endpoints of nodes whose agent is stale (DESIGN §5): every
 // endpoint of our slices of such a node is set to ready=false, serving=false; the slices are
 // kept for the returning agent, which republishes after its own decisive results. While the
