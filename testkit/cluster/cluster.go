@@ -71,6 +71,12 @@ type Options struct {
 	// KubeProxyOutput receives kube-proxy's log. Nil keeps it in a file that is printed when
 	// kube-proxy fails to start, or sent to stderr when SWH_TEST_KUBEPROXY_OUTPUT=1.
 	KubeProxyOutput io.Writer
+	// DualStack makes an IPv4/IPv6 dual-stack cluster (IPv4 primary): the cluster namespace and
+	// every node get an IPv6 address too (nodes report both InternalIPs), the API server a
+	// dual-stack service range (ServiceCIDR, ServiceCIDR6) and pods an address of each family
+	// unless PodSpec.IPFamilies says otherwise; kube-proxy programs both families. With Env
+	// set, the running API server must have been started with both ranges.
+	DualStack bool
 }
 
 // Cluster is a running test cluster.
@@ -82,6 +88,7 @@ type Cluster struct {
 
 	ownEnv    bool
 	kubeProxy *kubeProxy
+	dualStack bool
 
 	mu   sync.Mutex
 	pods map[*Pod]struct{}
@@ -92,6 +99,8 @@ type NodeInfo struct {
 	Node
 	// IP is the node's InternalIP.
 	IP netip.Addr
+	// IP6 is the node's IPv6 InternalIP in a dual-stack cluster (zero otherwise).
+	IP6 netip.Addr
 }
 
 // ErrNotRoot is returned by New when the process cannot build network namespaces.
@@ -158,7 +167,7 @@ func New(opts Options) (c *Cluster, err error) {
 	if len(opts.Nodes) == 0 {
 		opts.Nodes = []Node{{Name: "node-a", Zone: "zone-a"}}
 	}
-	c = &Cluster{Env: opts.Env, pods: map[*Pod]struct{}{}}
+	c = &Cluster{Env: opts.Env, pods: map[*Pod]struct{}{}, dualStack: opts.DualStack}
 	defer func() {
 		if err != nil {
 			if serr := c.Stop(); serr != nil {
@@ -169,7 +178,7 @@ func New(opts Options) (c *Cluster, err error) {
 	}()
 	if c.Env == nil {
 		cp := opts.ControlPlane
-		flags := map[string]string{"service-cluster-ip-range": ServiceCIDR}
+		flags := map[string]string{"service-cluster-ip-range": serviceCIDRs(opts)}
 		for k, v := range cp.APIServerFlags {
 			flags[k] = v
 		}
@@ -180,12 +189,23 @@ func New(opts Options) (c *Cluster, err error) {
 		}
 		c.Env, c.ownEnv = env, true
 	}
+	if opts.DualStack {
+		if err := enableDualStack(); err != nil {
+			return c, err
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, n := range opts.Nodes {
 		info, err := c.addNode(ctx, n)
 		if err != nil {
 			return c, err
+		}
+		if opts.DualStack {
+			if err := c.addNodeIPv6(ctx, &info); err != nil {
+				c.Nodes = append(c.Nodes, info) // so Stop removes its addresses
+				return c, err
+			}
 		}
 		c.Nodes = append(c.Nodes, info)
 	}
@@ -298,6 +318,9 @@ func (c *Cluster) Stop() error {
 			}
 		}
 		if err := ip("addr", "del", n.IP.String()+"/32", "dev", gatewayLink); err != nil {
+			errs = append(errs, err)
+		}
+		if err := removeNodeIPv6(n); err != nil {
 			errs = append(errs, err)
 		}
 	}
