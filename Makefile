@@ -5,7 +5,7 @@ SHELL := /usr/bin/env bash
 
 # Go modules of the product, joined by go.work. `go test ./...` does not cross modules at the
 # workspace root, so every target lists them.
-MODULES := api testkit images/agent images/controller hooks tests
+MODULES := api lib testkit images/agent images/controller hooks tests
 # Modules outside go.work because they pull github.com/prometheus/prometheus (DESIGN §9): tested,
 # tidied, built and linted alone (GOWORK=off).
 STANDALONE := tests/monitoring
@@ -13,6 +13,8 @@ STANDALONE := tests/monitoring
 KUBE_BIN    = $(shell tools/build.sh --dir kube)
 CODEGEN_BIN = $(shell tools/build.sh --dir codegen)
 LINT_BIN    = $(shell tools/build.sh --dir lint)
+# dmt, Deckhouse's module linter, comes with the team's shared tools beside the checkout.
+DMT         = $(CURDIR)/../shared/tools/dmt/dmt.sh
 
 # Packages run in parallel across modules; the control-plane tests are the slow ones.
 GO_TEST_FLAGS ?= -count=1 -timeout=30m
@@ -29,9 +31,10 @@ deps: ## Install the Debian packages the tests need (iproute2, nftables, postgre
 	@hack/deps.sh
 
 .PHONY: tools
-tools: ## Build the pinned tools (kube-apiserver, etcd, kube-proxy, controller-gen, golangci-lint, promtool) into the cache.
+tools: ## Build the pinned tools (kube-apiserver, etcd, kube-proxy, controller-gen, golangci-lint, promtool, kube-rbac-proxy) into the cache.
 	@tools/build.sh
 	@tools/build.sh prom # named, not in the script's default list: editing the script re-keys every group's cache
+	@tools/build.sh kube-rbac-proxy # named for the same reason
 
 .PHONY: generate
 generate: ## Regenerate deepcopy code and the CRD from the Go types.
@@ -48,10 +51,12 @@ verify: generate ## Regenerate and fail when anything generated is out of date; 
 	@for m in $(MODULES) $(STANDALONE); do (cd $$m && GOWORK=off go build ./... && GOWORK=off go vet ./...) || { echo "verify: $$m does not build alone (GOWORK=off)" >&2; exit 1; }; done
 
 .PHONY: lint
-lint: ## Run golangci-lint on every module.
+lint: ## Run golangci-lint on every module, check the license headers, and run dmt (Deckhouse's module linter) when the shared tools are there.
 	@tools/build.sh lint
 	@for m in $(MODULES); do echo "lint: $$m"; (cd $$m && $(LINT_BIN)/golangci-lint run --config $(CURDIR)/.golangci.yaml ./...); done
 	@for m in $(STANDALONE); do echo "lint: $$m"; (cd $$m && GOWORK=off $(LINT_BIN)/golangci-lint run --config $(CURDIR)/.golangci.yaml ./...); done
+	@echo "lint: license headers"; hack/license-headers.sh --check
+	@if [[ -f $(DMT) ]]; then echo "lint: dmt"; bash $(DMT) lint .; else echo "lint: dmt skipped: $(DMT) is not there"; fi
 
 .PHONY: build
 build: ## Build the programs and the hooks binary as static binaries into bin/ (the script werf runs).

@@ -17,40 +17,94 @@ app: {{ .app }}
 {{- end -}}
 
 {{- /*
-Image reference of one of the module's images: include "swh.image" (list . "controller").
-The digest comes from global.modulesImages.digests.serviceWithHealthchecks.<image>, the
-registry from serviceWithHealthchecks.registry.base when set, else global.modulesImages.registry.base.
+Image reference of one of the module's images: include "swh.image" (list . "controller"). Built
+the three ways lib-helm's helm_lib_module_image builds it (development/PACKAGING.md, "Images"):
+  1. module package values in the render context (.Module.Package, maps as lib-helm's own test
+     passes them): <Package.Registry.repository>/<Package.Name>@<Package.Digests.<image>>;
+  2. otherwise, an external module (serviceWithHealthchecks.registry.base set):
+     <registry.base without surrounding slashes>/service-with-healthchecks@<digest>;
+  3. otherwise (an embedded module): <global.modulesImages.registry.base>@<digest>;
+digests in 2 and 3 from global.modulesImages.digests.serviceWithHealthchecks.<image>. Rendering
+fails with a message naming what is missing.
 */ -}}
 {{- define "swh.image" -}}
 {{- $ctx := index . 0 -}}
 {{- $image := index . 1 -}}
-{{- include "swh.imageOf" (list $ctx "serviceWithHealthchecks" $image) -}}
+{{- $pkg := dict -}}
+{{- if hasKey $ctx "Module" -}}
+{{- $pkg = dig "Package" dict (index $ctx "Module" | default dict) -}}
 {{- end -}}
-
-{{- /* Image reference of a shared platform image: include "swh.commonImage" (list . "kubeRbacProxy"). */ -}}
-{{- define "swh.commonImage" -}}
-{{- $ctx := index . 0 -}}
-{{- $image := index . 1 -}}
-{{- include "swh.imageOf" (list $ctx "common" $image) -}}
+{{- if $pkg -}}
+{{- $repository := dig "Registry" "repository" "" $pkg -}}
+{{- if not $repository -}}
+{{- fail "Module.Package.Registry.repository is not set" -}}
 {{- end -}}
-
-{{- define "swh.imageOf" -}}
-{{- $ctx := index . 0 -}}
-{{- $module := index . 1 -}}
-{{- $image := index . 2 -}}
-{{- $digest := dig "modulesImages" "digests" $module $image "" ($ctx.Values.global | default dict) -}}
+{{- $name := dig "Name" "" $pkg -}}
+{{- if not $name -}}
+{{- fail "Module.Package.Name is not set" -}}
+{{- end -}}
+{{- $digest := dig "Digests" $image "" $pkg -}}
 {{- if not $digest -}}
-{{- fail (printf "no digest for image %s.%s in global.modulesImages.digests" $module $image) -}}
+{{- fail (printf "no digest for image %s in Module.Package.Digests" $image) -}}
 {{- end -}}
-{{- $registry := dig "modulesImages" "registry" "base" "" ($ctx.Values.global | default dict) -}}
+{{- printf "%s/%s@%s" $repository $name $digest -}}
+{{- else -}}
+{{- $global := $ctx.Values.global | default dict -}}
+{{- $digest := dig "modulesImages" "digests" "serviceWithHealthchecks" $image "" $global -}}
+{{- if not $digest -}}
+{{- fail (printf "no digest for image serviceWithHealthchecks.%s in global.modulesImages.digests" $image) -}}
+{{- end -}}
+{{- $registry := dig "modulesImages" "registry" "base" "" $global -}}
 {{- $own := dig "registry" "base" "" ($ctx.Values.serviceWithHealthchecks | default dict) -}}
-{{- if and $own (eq $module "serviceWithHealthchecks") -}}
-{{- $registry = $own -}}
+{{- if $own -}}
+{{- $registry = printf "%s/%s" (trimAll "/" $own) (include "swh.name" $ctx) -}}
 {{- end -}}
 {{- if not $registry -}}
 {{- fail "global.modulesImages.registry.base is not set" -}}
 {{- end -}}
 {{- printf "%s@%s" $registry $digest -}}
+{{- end -}}
+{{- end -}}
+
+{{- /*
+Image reference of a shared platform image: include "swh.commonImage" (list . "kubeRbacProxy"),
+<global.modulesImages.registry.base>@<global.modulesImages.digests.common.<image>>, whatever the
+module's own registry is (lib-helm's helm_lib_module_common_image).
+*/ -}}
+{{- define "swh.commonImage" -}}
+{{- $ctx := index . 0 -}}
+{{- $image := index . 1 -}}
+{{- $global := $ctx.Values.global | default dict -}}
+{{- $digest := dig "modulesImages" "digests" "common" $image "" $global -}}
+{{- if not $digest -}}
+{{- fail (printf "no digest for image common.%s in global.modulesImages.digests" $image) -}}
+{{- end -}}
+{{- $registry := dig "modulesImages" "registry" "base" "" $global -}}
+{{- if not $registry -}}
+{{- fail "global.modulesImages.registry.base is not set" -}}
+{{- end -}}
+{{- printf "%s@%s" $registry $digest -}}
+{{- end -}}
+
+{{- /* Names of the registry Secrets (templates/registry-secret.yaml). */ -}}
+{{- define "swh.moduleRegistrySecret" -}}{{ include "swh.name" . }}-module-registry{{- end -}}
+{{- define "swh.platformRegistrySecret" -}}deckhouse-registry{{- end -}}
+
+{{- /* imagePullSecrets of every pod: the registry Secrets that are rendered, none without any. */ -}}
+{{- define "swh.imagePullSecrets" -}}
+{{- $names := list -}}
+{{- if dig "registry" "dockercfg" "" (.Values.serviceWithHealthchecks | default dict) -}}
+{{- $names = append $names (include "swh.moduleRegistrySecret" .) -}}
+{{- end -}}
+{{- if dig "modulesImages" "registry" "dockercfg" "" (.Values.global | default dict) -}}
+{{- $names = append $names (include "swh.platformRegistrySecret" .) -}}
+{{- end -}}
+{{- if $names }}
+imagePullSecrets:
+{{- range $names }}
+- name: {{ . }}
+{{- end }}
+{{- end -}}
 {{- end -}}
 
 {{- /*

@@ -3,9 +3,14 @@ module github.com/deckhouse/service-with-healthchecks/tests
 go 1.26.0
 
 require (
+	github.com/Masterminds/sprig/v3 v3.3.0
+	github.com/deckhouse/deckhouse/pkg/log v0.2.0
+	github.com/deckhouse/module-sdk v0.10.0
 	github.com/deckhouse/service-with-healthchecks/api v0.0.0
 	github.com/deckhouse/service-with-healthchecks/testkit v0.0.0
+	github.com/distribution/reference v0.6.0
 	github.com/stretchr/testify v1.12.1
+	golang.org/x/mod v0.38.0
 	helm.sh/helm/v3 v3.22.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
@@ -16,17 +21,31 @@ require (
 )
 
 require (
+	github.com/DataDog/gostackparse v0.7.0 // indirect
+	github.com/ettle/strcase v0.2.0 // indirect
+	github.com/gojuno/minimock/v3 v3.4.7 // indirect
+	github.com/google/go-containerregistry v0.20.6 // indirect
+	github.com/itchyny/gojq v0.12.17 // indirect
+	github.com/itchyny/timefmt-go v0.1.6 // indirect
+	github.com/jonboulle/clockwork v0.5.0 // indirect
+	github.com/tidwall/gjson v1.18.0 // indirect
+	github.com/tidwall/match v1.1.1 // indirect
+	github.com/tidwall/pretty v1.2.0 // indirect
+	gopkg.in/yaml.v3 v3.0.1 // indirect
+)
+
+require (
 	dario.cat/mergo v1.0.1 // indirect
 	github.com/BurntSushi/toml v1.6.0 // indirect
 	github.com/Masterminds/goutils v1.1.1 // indirect
 	github.com/Masterminds/semver/v3 v3.5.0 // indirect
-	github.com/Masterminds/sprig/v3 v3.3.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/cyphar/filepath-securejoin v0.7.0 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
+	github.com/deckhouse/service-with-healthchecks/hooks v0.0.0
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
-	github.com/evanphx/json-patch/v5 v5.9.11 // indirect
+	github.com/evanphx/json-patch/v5 v5.9.11
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
 	github.com/go-logr/logr v1.4.3 // indirect
 	github.com/go-logr/zapr v1.3.0 // indirect
@@ -57,6 +76,7 @@ require (
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
 	github.com/prometheus/client_golang v1.24.0 // indirect
@@ -93,3 +113,5 @@ require (
 replace github.com/deckhouse/service-with-healthchecks/api => ../api
 
 replace github.com/deckhouse/service-with-healthchecks/testkit => ../testkit
+
+replace github.com/deckhouse/service-with-healthchecks/hooks => ../hooks

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package slicemeta holds what the controller and the agent must agree on about the
 // EndpointSlices this module manages: their names, labels, annotations and ownership.
 // Everything here is a pure function of plain values.
@@ -26,6 +29,10 @@ const (
 	LabelPort = "network.deckhouse.io/service-port"
 	// LabelNode holds the node name where it fits in a label value (63 characters).
 	LabelNode = "network.deckhouse.io/node"
+	// LabelNodeKey holds the node in a form that always fits a label value (NodeKey): the
+	// agents' caches select their own node's slices by it. The node annotation stays the
+	// authority on which node a slice is for.
+	LabelNodeKey = "network.deckhouse.io/node-key"
 	// AnnotationNode always holds the full node name.
 	AnnotationNode = "network.deckhouse.io/node"
 
@@ -129,14 +136,25 @@ func (k SliceKey) LegacyName() string {
 	return prefix + NodeDigest(k.Node) + suffix
 }
 
+// NodeKey is the value of LabelNodeKey for a node: its name when that is a valid label value,
+// else "digest-" and its NodeDigest (a name is at most 63 characters there, a digest 23).
+func NodeKey(node string) string {
+	if len(validation.IsValidLabelValue(node)) == 0 {
+		return node
+	}
+	return "digest-" + NodeDigest(node)
+}
+
 // Labels are the labels of the slice. The node label is left out when the node name is not a
-// valid label value (longer than 63 characters); the node annotation always holds it.
+// valid label value (longer than 63 characters); the node key label and the node annotation
+// are always there.
 func (k SliceKey) Labels() map[string]string {
 	l := map[string]string{
 		discoveryv1.LabelServiceName: k.Resource,
 		discoveryv1.LabelManagedBy:   ManagedBy,
 		LabelResource:                k.Resource,
 		LabelPort:                    k.Port,
+		LabelNodeKey:                 NodeKey(k.Node),
 	}
 	if len(validation.IsValidLabelValue(k.Node)) == 0 {
 		l[LabelNode] = k.Node

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package slicemeta
 
 import (
@@ -164,6 +167,12 @@ func TestLabels(t *testing.T) {
 			assert.Equal(t, tc.key.Port, l[LabelPort])
 			_, has := l[LabelNode]
 			assert.Equal(t, tc.wantNode, has)
+			assert.Equal(t, NodeKey(tc.key.Node), l[LabelNodeKey], "the node key label is always there")
+			if tc.wantNode {
+				assert.Equal(t, tc.key.Node, l[LabelNodeKey], "a name that fits is its own key")
+			} else {
+				assert.Equal(t, "digest-"+NodeDigest(tc.key.Node), l[LabelNodeKey])
+			}
 			for k, v := range l {
 				assert.Empty(t, validation.IsQualifiedName(k), "label key %q", k)
 				assert.Empty(t, validation.IsValidLabelValue(v), "label value %q", v)

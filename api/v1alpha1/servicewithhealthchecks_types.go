@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package v1alpha1
 
 import (
@@ -26,6 +29,23 @@ const (
 	DefaultFailureThreshold    int32 = 3
 	DefaultPostgreSQLQuery           = "SELECT 1"
 	DefaultPostgreSQLDBName          = "postgres"
+)
+
+// Input bounds the CRD enforces at admission (the kubebuilder markers below repeat the numbers:
+// markers cannot name constants; testkit/crd checks each one is the exact edge of what the API
+// server admits). A resource admitted before a bound existed keeps it on updates that leave the
+// field unchanged (CRD validation ratcheting); the controller reports it in the SpecOutOfBounds
+// condition. development/API.md says why each bound is what it is.
+const (
+	// MaxCACertLength bounds http.caCert, in characters: about ten PEM certificates, so that
+	// 32 probes with their largest values still fit in one object of etcd.
+	MaxCACertLength = 16384
+	// MaxHTTPHeadersLength bounds the names and values of one probe's httpHeaders together, in
+	// characters: servers commonly refuse request headers larger than 8 KiB.
+	MaxHTTPHeadersLength = 8192
+	// MaxDecisionSeconds bounds the time a probe takes to change its verdict:
+	// healthcheck.periodSeconds × max(successThreshold, failureThreshold).
+	MaxDecisionSeconds = 3600
 )
 
 // ServiceWithHealthchecks is a Service whose endpoints are decided by active probes, per port,
@@ -199,9 +219,12 @@ type ServicePort struct {
 	// +kubebuilder:validation:Enum=TCP;UDP;SCTP
 	Protocol corev1.Protocol `json:"protocol"`
 
-	// AppProtocol is a hint for implementations, as in a Service.
+	// AppProtocol is a hint for implementations, as in a Service: a qualified name (an optional
+	// DNS subdomain prefix and "/", then a name of at most 63 characters), copied to the Service
+	// and the EndpointSlices, whose API rejects anything else.
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$') && self.indexOf('/') <= 253",message="appProtocol must be a qualified name, as in a Service: an optional DNS subdomain prefix of at most 253 characters and '/', then a name of at most 63 letters, digits, '-', '_' or '.' that starts and ends with a letter or digit (for example http, kubernetes.io/h2c or example.com/custom)"
 	AppProtocol *string `json:"appProtocol,omitempty"`
 
 	// Port the Service exposes.
@@ -225,6 +248,8 @@ type ServicePort struct {
 }
 
 // Healthcheck holds the probes and their schedule.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.probes) || self.probes.all(p, self.periodSeconds * (p.successThreshold > p.failureThreshold ? p.successThreshold : p.failureThreshold) <= 3600)",message="a probe must be able to change its verdict within an hour: healthcheck.periodSeconds × the larger of its successThreshold and failureThreshold must be at most 3600 seconds; lower periodSeconds or the thresholds"
 type Healthcheck struct {
 	// InitialDelaySeconds after the pod starts before its first probe.
 	// +optional
@@ -330,11 +355,14 @@ type HTTPProbe struct {
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (size(self) <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a port number from 1 to 65535 or a container port name (lowercase letters, digits and '-', at most 15 characters, with at least one letter)"
 	TargetPort intstr.IntOrString `json:"targetPort"`
 
-	// Path of the request; it must start with "/".
+	// Path of the request, with an optional ?query: it must start with "/", hold no control
+	// characters, and every "%" before the query must start an escape of two hex digits (the
+	// probe cannot send the request otherwise).
 	// +optional
 	// +kubebuilder:default="/"
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="http.path must start with /"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([^%?[:cntrl:]]|%[0-9A-Fa-f]{2})*([?][^[:cntrl:]]*)?$')",message="http.path must be a request path the probe can send: no control characters (tab, newline, ...), and every '%' before the ?query must start an escape of two hex digits such as %2F (write a literal % as %25)"
 	Path string `json:"path,omitempty"`
 
 	// Host sets the Host header and the TLS server name. It never changes where the probe
@@ -356,16 +384,18 @@ type HTTPProbe struct {
 	// +kubebuilder:validation:Enum=HTTP;HTTPS
 	Scheme corev1.URIScheme `json:"scheme,omitempty"`
 
-	// HTTPHeaders sent with the request.
+	// HTTPHeaders sent with the request: at most 32, their names and values together at most
+	// 8192 characters.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.map(h, size(h.name) + size(h.value)).sum() <= 8192",message="http.httpHeaders may hold at most 8192 characters of header names and values together: servers commonly refuse larger request headers"
 	HTTPHeaders []HTTPHeader `json:"httpHeaders,omitempty"`
 
-	// CACert (PEM) the server certificate must chain to, for scheme HTTPS. Without it the
-	// system roots are used.
+	// CACert (PEM) the server certificate must chain to, for scheme HTTPS: at most 16384
+	// characters, about ten certificates. Without it the system roots are used.
 	// +optional
-	// +kubebuilder:validation:MaxLength=65536
+	// +kubebuilder:validation:MaxLength=16384
 	// +kubebuilder:validation:XValidation:rule="self.contains('-----BEGIN CERTIFICATE-----')",message="http.caCert must hold a PEM certificate (-----BEGIN CERTIFICATE----- ...)"
 	CACert string `json:"caCert,omitempty"`
 
@@ -424,7 +454,8 @@ type ServiceWithHealthchecksStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions: ServiceSynced, EndpointsAvailable, SliceNameConflict, AgentsStale and Ready.
+	// Conditions: ServiceSynced, EndpointsAvailable, SliceNameConflict, AgentsStale,
+	// SpecOutOfBounds and Ready.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -471,4 +502,9 @@ const (
 	// stale to the controller: its endpoints are withdrawn, or kept while the liveness guard
 	// holds (more than half of the agents stale at once). It does not affect Ready.
 	ConditionAgentsStale = "AgentsStale"
+	// ConditionSpecOutOfBounds is True while the spec holds values the admission rules refuse
+	// today but admitted when the resource was written (CRD validation ratcheting keeps them on
+	// updates that leave them unchanged); the message names each field and its bound. It does
+	// not affect Ready.
+	ConditionSpecOutOfBounds = "SpecOutOfBounds"
 )

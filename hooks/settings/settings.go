@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package settings turns the module configuration into the internal values the templates use
 // (derived values that Helm should not compute itself).
 package settings

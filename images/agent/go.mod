@@ -4,15 +4,17 @@ go 1.26.0
 
 replace github.com/deckhouse/service-with-healthchecks/api => ../../api
 
+replace github.com/deckhouse/service-with-healthchecks/lib => ../../lib
+
 require (
 	github.com/deckhouse/service-with-healthchecks/api v0.0.0
+	github.com/deckhouse/service-with-healthchecks/lib v0.0.0
 	github.com/deckhouse/service-with-healthchecks/testkit v0.0.0
 	github.com/go-logr/logr v1.4.3
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
-	go.uber.org/zap v1.27.1
 	golang.org/x/sys v0.48.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
@@ -60,6 +62,7 @@ require (
 	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
+	go.uber.org/zap v1.27.1 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/net v0.59.0 // indirect

@@ -4,16 +4,14 @@ go 1.26.0
 
 require (
 	github.com/deckhouse/service-with-healthchecks/api v0.0.0
+	github.com/deckhouse/service-with-healthchecks/lib v0.0.0
 	github.com/deckhouse/service-with-healthchecks/testkit v0.0.0
 	github.com/go-logr/logr v1.4.3
 	github.com/prometheus/client_golang v1.24.0
-	github.com/spf13/pflag v1.0.10
 	github.com/stretchr/testify v1.12.1
-	go.uber.org/zap v1.27.1
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
-	k8s.io/klog/v2 v2.140.0
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd
 	sigs.k8s.io/controller-runtime v0.25.2
 )
@@ -52,8 +50,10 @@ require (
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.70.0 // indirect
 	github.com/prometheus/procfs v0.21.1 // indirect
+	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
+	go.uber.org/zap v1.27.1 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/net v0.57.0 // indirect
@@ -68,6 +68,7 @@ require (
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	k8s.io/apiextensions-apiserver v0.37.0 // indirect
+	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
@@ -77,5 +78,6 @@ require (
 
 replace (
 	github.com/deckhouse/service-with-healthchecks/api => ../../api
+	github.com/deckhouse/service-with-healthchecks/lib => ../../lib
 	github.com/deckhouse/service-with-healthchecks/testkit => ../../testkit
 )

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package cluster
 
 import (
@@ -88,6 +91,9 @@ func (c *Cluster) AddBulkPods(t testing.TB, spec BulkSpec) *BulkPods {
 func (c *Cluster) NewBulkPods(ctx context.Context, spec BulkSpec) (b *BulkPods, err error) {
 	if spec.Count < 1 {
 		return nil, fmt.Errorf("bulk pods: Count %d, want at least 1", spec.Count)
+	}
+	if c.nodeNets != nil {
+		return nil, errors.New("bulk pods: not supported on a cluster with Options.NodeKubeProxies")
 	}
 	if spec.NamePrefix == "" {
 		spec.NamePrefix = "bulk"

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cluster builds a small Kubernetes cluster for tests that is real where the module
 // touches it: a real kube-apiserver and etcd (testkit/controlplane), Node objects, pods that are
 // network namespaces with real addresses and real servers, a real kube-proxy in nftables mode
@@ -44,7 +47,8 @@ const ZoneLabel = corev1.LabelTopologyZone
 
 // Node is a simulated node: a Node object with an InternalIP (an address of the cluster
 // namespace), the hostname label and, when Zone is set, the zone label. All nodes share the
-// cluster namespace as their host network and the one kube-proxy as their datapath.
+// cluster namespace as their host network and the one kube-proxy as their datapath, unless
+// Options.NodeKubeProxies gives each its own.
 type Node struct {
 	// Name of the Node object.
 	Name string
@@ -75,8 +79,17 @@ type Options struct {
 	// every node get an IPv6 address too (nodes report both InternalIPs), the API server a
 	// dual-stack service range (ServiceCIDR, ServiceCIDR6) and pods an address of each family
 	// unless PodSpec.IPFamilies says otherwise; kube-proxy programs both families. With Env
-	// set, the running API server must have been started with both ranges.
+	// set, the running API server must have been started with both ranges. Not with
+	// NodeKubeProxies (whose pods are IPv4 only).
 	DualStack bool
+	// NodeKubeProxies gives every node a network namespace of its own as its host network (the
+	// node's InternalIP, the node ends of its pods' veth pairs) and runs a kube-proxy in each
+	// (nftables, --hostname-override=<node>, node ports and health check node ports on the
+	// node's address), instead of one kube-proxy in the cluster namespace: what
+	// externalTrafficPolicy: Local needs, where each node answers from its own local endpoints.
+	// It excludes KubeProxy (nothing routes ClusterIPs from the cluster namespace then); pods
+	// are IPv4 only and bulk pods are not supported. See development/TEST-HARNESS.md.
+	NodeKubeProxies bool
 }
 
 // Cluster is a running test cluster.
@@ -89,6 +102,9 @@ type Cluster struct {
 	ownEnv    bool
 	kubeProxy *kubeProxy
 	dualStack bool
+	// nodeNets are the nodes' own networks (Options.NodeKubeProxies), by node name; nil
+	// without.
+	nodeNets map[string]*nodeNet
 
 	mu   sync.Mutex
 	pods map[*Pod]struct{}
@@ -167,7 +183,16 @@ func New(opts Options) (c *Cluster, err error) {
 	if len(opts.Nodes) == 0 {
 		opts.Nodes = []Node{{Name: "node-a", Zone: "zone-a"}}
 	}
+	if opts.NodeKubeProxies && opts.KubeProxy {
+		return nil, errors.New("options KubeProxy and NodeKubeProxies exclude each other: every node runs its own kube-proxy with NodeKubeProxies")
+	}
+	if opts.NodeKubeProxies && opts.DualStack {
+		return nil, errors.New("options DualStack and NodeKubeProxies exclude each other: the nodes' own networks are IPv4 only")
+	}
 	c = &Cluster{Env: opts.Env, pods: map[*Pod]struct{}{}, dualStack: opts.DualStack}
+	if opts.NodeKubeProxies {
+		c.nodeNets = map[string]*nodeNet{}
+	}
 	defer func() {
 		if err != nil {
 			if serr := c.Stop(); serr != nil {
@@ -208,6 +233,11 @@ func New(opts Options) (c *Cluster, err error) {
 			}
 		}
 		c.Nodes = append(c.Nodes, info)
+	}
+	if opts.NodeKubeProxies {
+		if err := c.startNodeKubeProxies(ctx, opts.KubeProxyOutput); err != nil {
+			return c, err
+		}
 	}
 	if opts.KubeProxy {
 		kubeProxyMu.Lock()
@@ -252,10 +282,15 @@ func (c *Cluster) addNode(ctx context.Context, n Node) (NodeInfo, error) {
 	if err != nil {
 		return NodeInfo{}, err
 	}
-	if err := ip("addr", "add", nodeIP.String()+"/32", "dev", gatewayLink); err != nil {
+	info := NodeInfo{Node: n, IP: nodeIP}
+	if c.nodeNets != nil {
+		if err := c.addNodeNetwork(n.Name, nodeIP); err != nil {
+			c.Nodes = append(c.Nodes, info) // so Stop removes what was made
+			return NodeInfo{}, err
+		}
+	} else if err := ip("addr", "add", nodeIP.String()+"/32", "dev", gatewayLink); err != nil {
 		return NodeInfo{}, fmt.Errorf("adding the address of node %s: %w", n.Name, err)
 	}
-	info := NodeInfo{Node: n, IP: nodeIP}
 	labels := map[string]string{corev1.LabelHostname: n.Name, corev1.LabelOSStable: "linux"}
 	if n.Zone != "" {
 		labels[ZoneLabel] = n.Zone
@@ -317,7 +352,11 @@ func (c *Cluster) Stop() error {
 				errs = append(errs, fmt.Errorf("deleting Node %s: %w", n.Name, err))
 			}
 		}
-		if err := ip("addr", "del", n.IP.String()+"/32", "dev", gatewayLink); err != nil {
+		if nn := c.nodeNet(n.Name); nn != nil {
+			if err := nn.remove(); err != nil {
+				errs = append(errs, err)
+			}
+		} else if err := ip("addr", "del", n.IP.String()+"/32", "dev", gatewayLink); err != nil {
 			errs = append(errs, err)
 		}
 		if err := removeNodeIPv6(n); err != nil {

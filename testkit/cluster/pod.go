@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package cluster
 
 import (
@@ -62,11 +65,13 @@ type Pod struct {
 	// Netns is the name of the pod's network namespace (`ip netns exec`/`ip -n`); empty for an
 	// ObjectOnly pod.
 	Netns string
-	// HostLink is the cluster-side end of the pod's veth pair.
+	// HostLink is the cluster-side end of the pod's veth pair (the node-side end, in the node's
+	// namespace, with Options.NodeKubeProxies).
 	HostLink string
 
 	c        *Cluster
 	zone     string
+	nodeNet  *nodeNet // the node's own network (Options.NodeKubeProxies); nil without
 	mu       sync.Mutex
 	servers  map[*Server]struct{}
 	procs    map[*exec.Cmd]*process.Process
@@ -133,7 +138,11 @@ func (c *Cluster) NewPod(ctx context.Context, spec PodSpec) (p *Pod, err error) 
 			}
 		}
 	}()
-	if !spec.ObjectOnly {
+	if nn := c.nodeNet(spec.Node); nn != nil && !spec.ObjectOnly {
+		if err := p.createNetworkOnNode(nn); err != nil {
+			return p, err
+		}
+	} else if !spec.ObjectOnly {
 		if err := p.createNetwork(); err != nil {
 			return p, err
 		}
@@ -325,7 +334,11 @@ func (p *Pod) remove(ctx context.Context) error {
 	}
 	// The host end first: deleting it removes the pair at once, while a deleted namespace
 	// takes its links down later, in the background.
-	if p.HostLink != "" {
+	if p.nodeNet != nil {
+		if err := p.detachFromNode(); err != nil {
+			errs = append(errs, err)
+		}
+	} else if p.HostLink != "" {
 		if err := ip("link", "del", p.HostLink); err != nil && !isNoDevice(err) {
 			errs = append(errs, err)
 		}

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package crd_test
 
 import (
@@ -40,6 +43,48 @@ selector: {app: demo}
 
 func withProbe(probe string) string {
 	return validPorts + "healthcheck:\n  probes:\n" + indent(probe, "  ")
+}
+
+// httpProbe is an HTTP probe on port 8080 with more fields (YAML lines at the http level).
+func httpProbe(fields ...string) string {
+	return "- mode: HTTP\n  http:\n    targetPort: 8080\n" + indent(strings.Join(fields, "\n"), "    ")
+}
+
+// httpsProbe is httpProbe with scheme HTTPS.
+func httpsProbe(fields ...string) string {
+	return httpProbe(append([]string{"scheme: HTTPS"}, fields...)...)
+}
+
+// pemOfLength is a PEM-armoured string of exactly n characters (n >= 60).
+func pemOfLength(n int) string {
+	const head, tail = "-----BEGIN CERTIFICATE-----\n", "\n-----END CERTIFICATE-----\n"
+	return head + strings.Repeat("A", n-len(head)-len(tail)) + tail
+}
+
+// headers is a YAML list of n headers X-0, X-1, ... with values of valueLen characters.
+func headers(n, valueLen int) string {
+	items := make([]string, n)
+	for i := range items {
+		items[i] = fmt.Sprintf("{name: X-%d, value: %s}", i, strings.Repeat("v", valueLen))
+	}
+	return "[" + strings.Join(items, ", ") + "]"
+}
+
+// headersOfTotalLength is a YAML list of n headers whose names and values have total characters
+// together, each value at most 4096 characters.
+func headersOfTotalLength(n, total int) string {
+	items := make([]string, n)
+	left := total
+	for i := range items {
+		name := fmt.Sprintf("X-%02d", i)
+		size := (left - len(name)) / (n - i) // spread what is left over the remaining headers
+		if i == n-1 {
+			size = left - len(name)
+		}
+		items[i] = fmt.Sprintf("{name: %s, value: %s}", name, strings.Repeat("v", size))
+		left -= len(name) + size
+	}
+	return "[" + strings.Join(items, ", ") + "]"
 }
 
 func indent(s, prefix string) string {
@@ -160,6 +205,50 @@ func TestInvalidResourcesAreRejectedWithAClearMessage(t *testing.T) {
 		"a sessionAffinityConfig without ClientIP affinity": {
 			spec: "sessionAffinityConfig: {clientIP: {timeoutSeconds: 60}}\nports:\n- {port: 80}\n",
 			want: "sessionAffinityConfig may only be set with sessionAffinity: ClientIP",
+		},
+		"a CA certificate longer than the bound": {
+			spec: withProbe(httpsProbe(fmt.Sprintf("caCert: %q", pemOfLength(v1alpha1.MaxCACertLength+1)))),
+			want: "spec.healthcheck.probes[0].http.caCert: Too long: may not be more than 16384",
+		},
+		"more than 32 HTTP headers": {
+			spec: withProbe(httpProbe("httpHeaders: " + headers(33, 1))),
+			want: "spec.healthcheck.probes[0].http.httpHeaders: Too many: 33: must have at most 32 items",
+		},
+		"HTTP headers longer than 8192 characters together": {
+			spec: withProbe(httpProbe("httpHeaders: " + headersOfTotalLength(3, v1alpha1.MaxHTTPHeadersLength+1))),
+			want: "http.httpHeaders may hold at most 8192 characters of header names and values together",
+		},
+		"an HTTP header name longer than 256 characters": {
+			spec: withProbe(httpProbe(fmt.Sprintf("httpHeaders: [{name: %s, value: v}]", strings.Repeat("X", 257)))),
+			want: "spec.healthcheck.probes[0].http.httpHeaders[0].name: Too long: may not be more than 256",
+		},
+		"an HTTP header value longer than 4096 characters": {
+			spec: withProbe(httpProbe(fmt.Sprintf("httpHeaders: [{name: X-A, value: %s}]", strings.Repeat("v", 4097)))),
+			want: "spec.healthcheck.probes[0].http.httpHeaders[0].value: Too long: may not be more than 4096",
+		},
+		"a probe that needs more than an hour to fail": {
+			spec: validPorts + "healthcheck:\n  periodSeconds: 1800\n  probes:\n  - mode: TCP\n    failureThreshold: 3\n    tcp: {targetPort: 8080}\n",
+			want: "a probe must be able to change its verdict within an hour: healthcheck.periodSeconds × the larger of its successThreshold and failureThreshold must be at most 3600 seconds",
+		},
+		"a probe that needs more than an hour to pass": {
+			spec: validPorts + "healthcheck:\n  periodSeconds: 60\n  probes:\n  - mode: TCP\n    successThreshold: 61\n    failureThreshold: 1\n    tcp: {targetPort: 8080}\n",
+			want: "a probe must be able to change its verdict within an hour",
+		},
+		"an appProtocol with a space": {
+			spec: "ports:\n- {port: 80, appProtocol: 'my protocol'}\n",
+			want: "spec.ports[0].appProtocol: Invalid value: \"my protocol\": appProtocol must be a qualified name, as in a Service",
+		},
+		"an appProtocol with two slashes": {
+			spec: "ports:\n- {port: 80, appProtocol: example.com/a/b}\n",
+			want: "appProtocol must be a qualified name",
+		},
+		"an http.path with a broken escape": {
+			spec: withProbe(httpProbe("path: /%zz")),
+			want: "spec.healthcheck.probes[0].http.path: Invalid value: \"/%zz\": http.path must be a request path the probe can send: no control characters",
+		},
+		"an http.path with a newline": {
+			spec: withProbe(httpProbe(`path: "/health\nX-Injected: 1"`)),
+			want: "http.path must be a request path the probe can send",
 		},
 		"a credential Secret name with spaces": {
 			spec: withProbe("- mode: PostgreSQL\n  postgreSQL: {targetPort: 5432, authSecretName: 'db creds'}"),
@@ -285,6 +374,24 @@ func TestValidShapesAreAccepted(t *testing.T) {
 		},
 		"a UDP and a TCP port on the same number": {
 			spec: "ports:\n- {name: dns-udp, port: 53, protocol: UDP}\n- {name: dns-tcp, port: 53, protocol: TCP}\n",
+		},
+		"a CA certificate of exactly the bound": {
+			spec: withProbe(httpsProbe(fmt.Sprintf("caCert: %q", pemOfLength(v1alpha1.MaxCACertLength)))),
+		},
+		"32 HTTP headers of exactly 8192 characters together": {
+			spec: withProbe(httpProbe("httpHeaders: " + headersOfTotalLength(32, v1alpha1.MaxHTTPHeadersLength))),
+		},
+		"a probe that decides in exactly an hour": {
+			spec: validPorts + "healthcheck:\n  periodSeconds: 36\n  probes:\n  - mode: TCP\n    timeoutSeconds: 5\n    successThreshold: 100\n    failureThreshold: 100\n    tcp: {targetPort: 8080}\n",
+		},
+		"a period of an hour with thresholds of one": {
+			spec: validPorts + "healthcheck:\n  periodSeconds: 3600\n  probes:\n  - mode: TCP\n    successThreshold: 1\n    failureThreshold: 1\n    tcp: {targetPort: 8080}\n",
+		},
+		"an appProtocol with a domain prefix": {
+			spec: "ports:\n- {port: 80, appProtocol: kubernetes.io/h2c}\n",
+		},
+		"an http.path with escapes, spaces and a query the probe sends as it is": {
+			spec: withProbe(httpProbe("path: '/a%2Fb/héllo wörld?q=%zz&x'")),
 		},
 	}
 	i := 0

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package process
 
 import (
@@ -10,21 +13,27 @@ import (
 )
 
 // PeakRSS is a process's peak resident set size (VmHWM of /proc/<pid>/status), in bytes.
-func PeakRSS(pid int) (int64, error) {
+func PeakRSS(pid int) (int64, error) { return statusBytes(pid, "VmHWM") }
+
+// RSS is a process's resident set size now (VmRSS of /proc/<pid>/status), in bytes.
+func RSS(pid int) (int64, error) { return statusBytes(pid, "VmRSS") }
+
+// statusBytes reads a "<field>: <n> kB" line of /proc/<pid>/status.
+func statusBytes(pid int, field string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, fmt.Errorf("reading /proc/%d/status: %w", pid, err)
 	}
 	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("parsing VmHWM %q: %w", v, err)
+				return 0, fmt.Errorf("parsing %s %q: %w", field, v, err)
 			}
 			return kb * 1024, nil
 		}
 	}
-	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }
 
 // CPUTime is a process's user and system CPU time (utime and stime of /proc/<pid>/stat, in

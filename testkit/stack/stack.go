@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package stack runs the product on the test cluster harness (testkit/cluster) as real
 // programs: the controller program (several replicas with leader election) and one agent
 // program per node, built from images/controller and images/agent, against the harness's real
@@ -86,6 +89,10 @@ type Options struct {
 	LogDir string
 	// ControllerArgs and AgentArgs are further flags of every controller and agent.
 	ControllerArgs, AgentArgs []string
+	// NodeKubeProxies starts the cluster (when Cluster is nil) with cluster.Options
+	// NodeKubeProxies instead of KubeProxy: every node its own network namespace and its own
+	// kube-proxy, for node ports and health check node ports (externalTrafficPolicy: Local).
+	NodeKubeProxies bool
 }
 
 // Stack is the product running on a cluster.
@@ -178,7 +185,7 @@ func New(ctx context.Context, opts Options) (s *Stack, err error) {
 		if nodes == nil {
 			nodes = []cluster.Node{{Name: "node-a", Zone: "zone-a"}, {Name: "node-b", Zone: "zone-b"}}
 		}
-		c, err := cluster.New(cluster.Options{Nodes: nodes, KubeProxy: true, DualStack: opts.DualStack})
+		c, err := cluster.New(cluster.Options{Nodes: nodes, KubeProxy: !opts.NodeKubeProxies, NodeKubeProxies: opts.NodeKubeProxies, DualStack: opts.DualStack})
 		if err != nil {
 			return s, err
 		}

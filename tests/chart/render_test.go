@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package chart
 
 import (
@@ -20,6 +23,7 @@ import (
 func baseCounts() map[string]int {
 	return map[string]int{
 		"Namespace":                        1,
+		"Secret":                           1,
 		"ServiceAccount":                   2,
 		"ClusterRole":                      3,
 		"ClusterRoleBinding":               3,
@@ -28,14 +32,17 @@ func baseCounts() map[string]int {
 		"Deployment":                       1,
 		"DaemonSet":                        1,
 		"PodDisruptionBudget":              1,
-		"ValidatingAdmissionPolicy":        1,
-		"ValidatingAdmissionPolicyBinding": 1,
+		"ValidatingAdmissionPolicy":        6,
+		"ValidatingAdmissionPolicyBinding": 6,
 	}
 }
 
 func with(counts map[string]int, add map[string]int) map[string]int {
 	for k, v := range add {
 		counts[k] += v
+		if counts[k] == 0 {
+			delete(counts, k)
+		}
 	}
 	return counts
 }
@@ -126,14 +133,30 @@ func valueSets() map[string]valueSetCase {
 			wantAgentFlags:  defaultAgentFlags,
 			wantLostGrace:   "40s",
 		},
+		// The deliveries change images and pull credentials only (images_test.go).
+		// with the module's registry Secret beside the platform's
+		bundle.SetExternal: defaultsCase(with(baseCounts(), with(map[string]int{"Secret": 1}, platformObjects))),
+		bundle.SetPackage:  defaultsCase(with(baseCounts(), platformObjects)),
+		// no registry Secret at all
+		bundle.SetNoDockercfg: defaultsCase(with(baseCounts(), with(map[string]int{"Secret": -1}, platformObjects))),
+	}
+}
+
+// defaultsCase is what the default settings render, with these counts.
+func defaultsCase(counts map[string]int) valueSetCase {
+	return valueSetCase{
+		wantCounts:      counts,
+		wantReplicas:    2,
+		wantTolerations: systemTolerations,
+		wantLogLevel:    "info",
+		wantAgentFlags:  defaultAgentFlags,
+		wantLostGrace:   "40s",
 	}
 }
 
 func render(t *testing.T, set bundle.ValueSet) bundle.Objects {
 	t.Helper()
-	values, err := set.Values()
-	require.NoError(t, err)
-	objs, err := bundle.Render(values)
+	objs, err := set.Render()
 	require.NoError(t, err)
 	return objs
 }
@@ -154,15 +177,15 @@ func TestChartRendersEveryValueSet(t *testing.T) {
 			agent, err := objs.DaemonSet(bundle.Namespace, "agent")
 			require.NoError(t, err)
 
-			assertController(t, tc, ctrl)
-			assertAgent(t, tc, agent)
+			assertController(t, tc, set, ctrl)
+			assertAgent(t, tc, set, agent)
 			assertCredentialRoles(t, objs, tc.wantCredentials)
 			assertNoSecretAccessOutsideCredentialRoles(t, objs)
 		})
 	}
 }
 
-func assertController(t *testing.T, tc valueSetCase, d *appsv1.Deployment) {
+func assertController(t *testing.T, tc valueSetCase, set bundle.ValueSet, d *appsv1.Deployment) {
 	t.Helper()
 	spec := &d.Spec.Template.Spec
 	require.NotNil(t, d.Spec.Replicas)
@@ -184,7 +207,7 @@ func assertController(t *testing.T, tc valueSetCase, d *appsv1.Deployment) {
 
 	c := bundle.Container(spec, "controller")
 	require.NotNil(t, c)
-	assert.Equal(t, bundle.ImageRef(bundle.ControllerDigest), c.Image)
+	assert.Equal(t, set.ModuleImage("controller"), c.Image)
 	for flag, want := range map[string]string{
 		"leader-elect":              "true",
 		"leader-election-namespace": bundle.Namespace,
@@ -210,7 +233,7 @@ func assertController(t *testing.T, tc valueSetCase, d *appsv1.Deployment) {
 	assertSidecar(t, spec, c, "8443", "deployments", "controller")
 }
 
-func assertAgent(t *testing.T, tc valueSetCase, d *appsv1.DaemonSet) {
+func assertAgent(t *testing.T, tc valueSetCase, set bundle.ValueSet, d *appsv1.DaemonSet) {
 	t.Helper()
 	spec := &d.Spec.Template.Spec
 	assert.True(t, spec.HostNetwork, "the agent probes from the node's network namespace")
@@ -219,6 +242,10 @@ func assertAgent(t *testing.T, tc valueSetCase, d *appsv1.DaemonSet) {
 	assert.Equal(t, "system-node-critical", spec.PriorityClassName)
 	assert.Equal(t, []corev1.Toleration{{Operator: corev1.TolerationOpExists}}, spec.Tolerations, "the agent tolerates every taint")
 	assert.Empty(t, spec.NodeSelector, "the agent runs on every node")
+	for _, p := range append(bundle.Container(spec, "kube-rbac-proxy").Ports, bundle.Container(spec, "agent").Ports...) {
+		assert.True(t, p.ContainerPort >= 4200 && p.ContainerPort <= 4299,
+			"host-network port %s %d is in 4200-4299, the range Deckhouse keeps for host-network components", p.Name, p.ContainerPort)
+	}
 	require.NotNil(t, d.Spec.UpdateStrategy.RollingUpdate)
 	assert.Equal(t, "0", d.Spec.UpdateStrategy.RollingUpdate.MaxSurge.String(), "host-network pods cannot surge")
 	assert.Equal(t, "1", d.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable.String())
@@ -226,12 +253,24 @@ func assertAgent(t *testing.T, tc valueSetCase, d *appsv1.DaemonSet) {
 
 	c := bundle.Container(spec, "agent")
 	require.NotNil(t, c)
-	assert.Equal(t, bundle.ImageRef(bundle.AgentDigest), c.Image)
+	assert.Equal(t, set.ModuleImage("agent"), c.Image)
 	nodeName := bundle.Env(c, "NODE_NAME")
 	require.NotNil(t, nodeName)
 	require.NotNil(t, nodeName.ValueFrom)
 	require.NotNil(t, nodeName.ValueFrom.FieldRef)
 	assert.Equal(t, "spec.nodeName", nodeName.ValueFrom.FieldRef.FieldPath)
+	// GOMEMLIMIT is the container's own memory limit, which must exist: without one the
+	// downward API would give the node's allocatable memory.
+	memLimit := bundle.Env(c, "GOMEMLIMIT")
+	require.NotNil(t, memLimit, "GOMEMLIMIT is set")
+	require.NotNil(t, memLimit.ValueFrom)
+	require.NotNil(t, memLimit.ValueFrom.ResourceFieldRef, "GOMEMLIMIT comes from the downward API")
+	assert.Equal(t, "limits.memory", memLimit.ValueFrom.ResourceFieldRef.Resource)
+	assert.Contains(t, []string{"", "agent"}, memLimit.ValueFrom.ResourceFieldRef.ContainerName, "the agent's own limit")
+	assert.True(t, memLimit.ValueFrom.ResourceFieldRef.Divisor.IsZero() || memLimit.ValueFrom.ResourceFieldRef.Divisor.Value() == 1,
+		"in bytes, the unit GOMEMLIMIT reads without a suffix")
+	_, hasLimit := c.Resources.Limits[corev1.ResourceMemory]
+	assert.True(t, hasLimit, "the agent has a memory limit for GOMEMLIMIT to follow")
 	want := map[string]string{
 		"node-name":       "$(NODE_NAME)",
 		"lease-namespace": bundle.Namespace,
@@ -254,6 +293,13 @@ func assertAgent(t *testing.T, tc valueSetCase, d *appsv1.DaemonSet) {
 	healthHost, healthPort, err := net.SplitHostPort(health)
 	require.NoError(t, err)
 	assert.Equal(t, "127.0.0.1", healthHost, "health stays on the node's loopback")
+	for _, addr := range []string{metrics, health} {
+		_, port, err := net.SplitHostPort(addr)
+		require.NoError(t, err)
+		n, err := strconv.Atoi(port)
+		require.NoError(t, err)
+		assert.True(t, n >= 4200 && n <= 4299, "the agent's host-network address %s is in 4200-4299", addr)
+	}
 	for name, probe := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
 		require.NotNil(t, probe, name)
 		require.NotNil(t, probe.HTTPGet, name)
@@ -261,7 +307,7 @@ func assertAgent(t *testing.T, tc valueSetCase, d *appsv1.DaemonSet) {
 		assert.Equal(t, healthPort, probe.HTTPGet.Port.String(), "%s probe port is the health address", name)
 	}
 
-	assertSidecar(t, spec, c, "9783", "daemonsets", "agent")
+	assertSidecar(t, spec, c, "4283", "daemonsets", "agent")
 }
 
 // assertSidecar checks the kube-rbac-proxy sidecar: it serves exactly the program's metrics
@@ -270,7 +316,7 @@ func assertSidecar(t *testing.T, spec *corev1.PodSpec, program *corev1.Container
 	t.Helper()
 	proxy := bundle.Container(spec, "kube-rbac-proxy")
 	require.NotNil(t, proxy, "kube-rbac-proxy sidecar")
-	assert.Equal(t, bundle.ImageRef(bundle.KubeRbacProxyDigest), proxy.Image)
+	assert.Equal(t, bundle.CommonImage(), proxy.Image)
 	listen, ok := bundle.Flag(proxy, "secure-listen-address")
 	require.True(t, ok)
 	assert.Equal(t, "$(KUBE_RBAC_PROXY_LISTEN_ADDRESS):"+port, listen)

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package cluster
 
 import (
@@ -73,6 +76,24 @@ func TestAdmissionPolicyRejectsMalformedCredentialSecrets(t *testing.T) {
 			data:    map[string]string{"user": "app", "tlsMode": "VerifyCA", "caCert": "MIIBszCCAVmgAwIBAgIUQ"},
 			wantErr: "caCert must hold PEM certificates",
 		},
+		"VerifyCA without caCert is rejected": {
+			data:    map[string]string{"user": "app", "tlsMode": "VerifyCA"},
+			wantErr: "tlsMode VerifyCA and VerifyAll check the server certificate against caCert: set caCert",
+		},
+		"VerifyAll without caCert is rejected": {
+			data:    map[string]string{"user": "app", "password": "pw", "tlsMode": "VerifyAll"},
+			wantErr: "tlsMode VerifyCA and VerifyAll check the server certificate against caCert",
+		},
+		"VerifyAll with an empty caCert is rejected": {
+			stringData: map[string]string{"user": "app", "tlsMode": "VerifyAll", "caCert": ""},
+			wantErr:    "tlsMode VerifyCA and VerifyAll check the server certificate against caCert",
+		},
+		"VerifyCA with a caCert is accepted": {
+			data: map[string]string{"user": "app", "tlsMode": "VerifyCA", "caCert": pemCert},
+		},
+		"SkipVerification without caCert is accepted": {
+			data: map[string]string{"user": "app", "tlsMode": "SkipVerification"},
+		},
 		"a clientCert that is not PEM is rejected": {
 			data:    map[string]string{"user": "app", "clientCert": "not pem", "clientKey": pemKey},
 			wantErr: "clientCert must hold a PEM certificate",
@@ -143,4 +164,13 @@ func TestAdmissionPolicyRejectsMalformedCredentialSecrets(t *testing.T) {
 	err := env.Client.Update(ctx, good)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `tlsMode must be one of`)
+
+	// Turning on verification without a CA is refused on update, and with one it is accepted.
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(good), good))
+	good.Data["tlsMode"] = []byte("VerifyAll")
+	err = env.Client.Update(ctx, good)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "tlsMode VerifyCA and VerifyAll check the server certificate against caCert")
+	good.Data["caCert"] = []byte(pemCert)
+	require.NoError(t, env.Client.Update(ctx, good))
 }

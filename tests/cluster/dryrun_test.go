@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package cluster
 
 import (
@@ -71,4 +74,31 @@ func ruleFiles(t *testing.T) int {
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
 	return len(files)
+}
+
+// TestAMalformedDockercfgIsRefusedWhenTheSecretIsWritten: the chart passes the platform's
+// dockercfgs through unchanged, so one that is not a docker config JSON is caught by the API
+// server, with a message, before any pod would fail to pull.
+func TestAMalformedDockercfgIsRefusedWhenTheSecretIsWritten(t *testing.T) {
+	ensureNamespace(t, bundle.Namespace)
+	set := bundle.ValueSets()[bundle.SetExternal]
+	values, err := set.Values()
+	require.NoError(t, err)
+	module := values[bundle.ValuesKey].(map[string]any)
+	// base64 of the word "dockercfg": valid base64, not JSON (the value dmt renders with).
+	module["registry"].(map[string]any)["dockercfg"] = "ZG9ja2VyY2Zn"
+	rendered, err := bundle.Render(values)
+	require.NoError(t, err)
+	var checked int
+	for _, obj := range bundle.Objects(rendered).OfKind("Secret") {
+		err := write(t.Context(), obj, true)
+		if obj.GetName() == "service-with-healthchecks-module-registry" {
+			checked++
+			require.Error(t, err, "the malformed dockercfg is refused")
+			assert.Contains(t, err.Error(), ".dockerconfigjson")
+			continue
+		}
+		assert.NoError(t, err, "the platform's well-formed dockercfg %s is accepted", obj.GetName())
+	}
+	assert.Equal(t, 1, checked, "the module's registry Secret was rendered and written")
 }

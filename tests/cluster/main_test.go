@@ -1,6 +1,10 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cluster checks the rendered chart against a real kube-apiserver: every object passes
-// server-side dry-run, the RBAC works as the real service accounts, Prometheus may scrape the
-// sidecars, and the admission policy rejects malformed credential Secrets.
+// server-side dry-run, the RBAC works as the real service accounts, and the admission policy
+// rejects malformed credential Secrets. (The kube-rbac-proxy contract is tested with the real
+// sidecar in tests/installed.)
 package cluster
 
 import (
@@ -55,9 +59,7 @@ func run(m *testing.M) int {
 
 func render(t *testing.T, set bundle.ValueSet) bundle.Objects {
 	t.Helper()
-	values, err := set.Values()
-	require.NoError(t, err)
-	objs, err := bundle.Render(values)
+	objs, err := set.Render()
 	require.NoError(t, err)
 	return objs
 }

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package cluster
 
 import (
@@ -131,6 +134,7 @@ func reviews() map[string]check {
 
 func TestAgentCanDoItsJobAndReadsOnlyReferencedSecrets(t *testing.T) {
 	f := setupRBAC(t)
+	nodeObj := ensureNode(t, f.node)
 	checks := map[string]check{
 		"it lists the pods of its node": {allowed: true, do: func(ctx context.Context, c client.Client) error {
 			return c.List(ctx, &corev1.PodList{}, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", f.node)})
@@ -138,32 +142,35 @@ func TestAgentCanDoItsJobAndReadsOnlyReferencedSecrets(t *testing.T) {
 		"it reads its node": {allowed: true, do: func(ctx context.Context, c client.Client) error {
 			return c.Get(ctx, client.ObjectKey{Name: f.node}, &corev1.Node{})
 		}},
+		"it lists its node by name, as its cache watches it": {allowed: true, do: func(ctx context.Context, c client.Client) error {
+			return c.List(ctx, &corev1.NodeList{}, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", f.node)})
+		}},
 		"it lists the resources": {allowed: true, do: func(ctx context.Context, c client.Client) error {
 			return c.List(ctx, &v1alpha1.ServiceWithHealthchecksList{})
 		}},
+		// Slices and the Lease as the admission policies admit them (nodebound_test.go), so that
+		// these checks hold whether or not another test has put the policies in force.
 		"it publishes, updates and deletes slices": {allowed: true, do: func(ctx context.Context, c client.Client) error {
-			s := &discoveryv1.EndpointSlice{
-				ObjectMeta:  metav1.ObjectMeta{Namespace: f.ns, Name: "db-pg-" + f.node},
-				AddressType: discoveryv1.AddressTypeIPv4,
-			}
+			s := ourSlice(f.ns, "db", f.node, f.node)
 			if err := c.Create(ctx, s); err != nil {
 				return err
 			}
-			s.Labels = map[string]string{"touched": "yes"}
+			s.Endpoints[0].Conditions.Ready = new(false)
 			if err := c.Update(ctx, s); err != nil {
 				return err
 			}
 			return c.Delete(ctx, s)
 		}},
 		"it keeps its Lease in the module namespace": {allowed: true, do: func(ctx context.Context, c client.Client) error {
-			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: bundle.Namespace, Name: "agent-" + f.ns}}
-			if err := c.Create(ctx, l); err != nil {
+			l := ownedByNode(agentLease(f.node), nodeObj)
+			if err := c.Get(ctx, client.ObjectKeyFromObject(l), l); apierrors.IsNotFound(err) {
+				if err := c.Create(ctx, l); err != nil {
+					return err
+				}
+			} else if err != nil {
 				return err
 			}
-			if err := c.Get(ctx, client.ObjectKeyFromObject(l), l); err != nil {
-				return err
-			}
-			l.Spec.HolderIdentity = new(f.node)
+			l.Spec.RenewTime = new(metav1.NewMicroTime(time.Now()))
 			return c.Update(ctx, l)
 		}},
 		"it records events": {allowed: true, do: func(ctx context.Context, c client.Client) error {
@@ -201,7 +208,7 @@ func TestAgentCanDoItsJobAndReadsOnlyReferencedSecrets(t *testing.T) {
 	for k, v := range reviews() {
 		checks[k] = v
 	}
-	runChecks(t, saClient(t, "agent"), checks)
+	runChecks(t, podClient(t, "agent", f.node), checks)
 }
 
 func TestControllerCanDoItsJobAndReadsNoSecrets(t *testing.T) {
@@ -217,7 +224,7 @@ func TestControllerCanDoItsJobAndReadsNoSecrets(t *testing.T) {
 		}},
 		"it creates, updates and deletes the child Service": {allowed: true, do: func(ctx context.Context, c client.Client) error {
 			svc := &corev1.Service{
-				ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "db"},
+				ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "db", OwnerReferences: []metav1.OwnerReference{slicemeta.OwnerReference("db", f.swh.UID)}},
 				Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "pg", Port: 5432}}},
 			}
 			if err := c.Create(ctx, svc); err != nil {
@@ -239,18 +246,19 @@ func TestControllerCanDoItsJobAndReadsNoSecrets(t *testing.T) {
 			return nil
 		}},
 		"it removes a slice": {allowed: true, do: func(ctx context.Context, c client.Client) error {
-			s := &discoveryv1.EndpointSlice{
-				ObjectMeta:  metav1.ObjectMeta{Namespace: f.ns, Name: "orphan"},
-				AddressType: discoveryv1.AddressTypeIPv4,
-			}
+			s := ourSlice(f.ns, "orphan", f.node, f.node)
 			if err := env.Client.Create(ctx, s); err != nil {
 				return err
 			}
 			return c.Delete(ctx, s)
 		}},
 		"it elects a leader and reads the agents' Leases": {allowed: true, do: func(ctx context.Context, c client.Client) error {
-			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: bundle.Namespace, Name: "controller-" + f.ns}}
-			if err := c.Create(ctx, l); err != nil {
+			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: bundle.Namespace, Name: bundle.ControllerElectionLease}}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(l), l); apierrors.IsNotFound(err) {
+				if err := c.Create(ctx, l); err != nil {
+					return err
+				}
+			} else if err != nil {
 				return err
 			}
 			l.Spec.HolderIdentity = new("controller-0")
@@ -286,54 +294,5 @@ func TestControllerCanDoItsJobAndReadsNoSecrets(t *testing.T) {
 	for k, v := range reviews() {
 		checks[k] = v
 	}
-	runChecks(t, saClient(t, "controller"), checks)
-}
-
-// TestPrometheusMayScrapeBothSidecars asks the API server what each kube-rbac-proxy sidecar
-// asks it: may the caller get the resource attributes in the sidecar's rendered configuration?
-func TestPrometheusMayScrapeBothSidecars(t *testing.T) {
-	objs := render(t, bundle.ValueSets()[bundle.SetDefaults])
-	apply(t, objs, rbacKinds...)
-	ctrl, err := objs.Deployment(bundle.Namespace, "controller")
-	require.NoError(t, err)
-	agent, err := objs.DaemonSet(bundle.Namespace, "agent")
-	require.NoError(t, err)
-
-	callers := map[string]struct {
-		namespace, name string
-		allowed         bool
-	}{
-		"Prometheus may scrape":                      {bundle.MonitoringNamespace, "prometheus", true},
-		"another monitoring account may not scrape":  {bundle.MonitoringNamespace, "grafana", false},
-		"the agent's own account may not scrape":     {bundle.Namespace, "agent", false},
-		"a user namespace's default account may not": {"default", "default", false},
-	}
-	for sidecarOf, spec := range map[string]*corev1.PodSpec{"controller": &ctrl.Spec.Template.Spec, "agent": &agent.Spec.Template.Spec} {
-		proxy := bundle.Container(spec, "kube-rbac-proxy")
-		require.NotNil(t, proxy)
-		cfg, err := bundle.RBACProxyConfig(proxy)
-		require.NoError(t, err)
-		require.Len(t, cfg.Upstreams, 1)
-		attrs := cfg.Upstreams[0].Authorization.ResourceAttributes
-		for name, caller := range callers {
-			t.Run(name+" the "+sidecarOf, func(t *testing.T) {
-				sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-					User:   "system:serviceaccount:" + caller.namespace + ":" + caller.name,
-					Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + caller.namespace, "system:authenticated"},
-					ResourceAttributes: &authorizationv1.ResourceAttributes{
-						Namespace: attrs.Namespace, Verb: "get", Group: attrs.APIGroup, Version: attrs.APIVersion,
-						Resource: attrs.Resource, Subresource: attrs.Subresource, Name: attrs.Name,
-					},
-				}}
-				// Poll: the authorizer learns the applied bindings from its informers.
-				require.EventuallyWithT(t, func(c *assert.CollectT) {
-					review := sar.DeepCopy()
-					if !assert.NoError(c, env.Client.Create(t.Context(), review)) {
-						return
-					}
-					assert.Equal(c, caller.allowed, review.Status.Allowed, "reason: %s", review.Status.Reason)
-				}, time.Minute, 100*time.Millisecond)
-			})
-		}
-	}
+	runChecks(t, podClient(t, "controller", f.node), checks)
 }

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package docs
 
 import (
@@ -15,7 +18,7 @@ import (
 var fileLink = regexp.MustCompile(`\]\((examples/[A-Za-z0-9_.-]+\.yaml)\)`)
 
 // examplePages show the files of docs/examples/ (make run applies the same files).
-var examplePages = []string{"EXAMPLES.md", "EXAMPLES_RU.md"}
+var examplePages = []string{"EXAMPLES.md", "EXAMPLES.ru.md"}
 
 // fileBlocks maps each yaml block of a page whose preceding non-empty line links to a file
 // under docs/examples/ to that file's path (relative to docs/).

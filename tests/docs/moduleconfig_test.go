@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package docs
 
 import (
@@ -132,7 +135,7 @@ func TestConfigurationPagesAndTheSettingsSchemaListTheSameSettings(t *testing.T)
 	require.Contains(t, schema, "agent.probeConcurrency", "the walk reaches nested settings")
 	for page, heads := range map[string][]string{
 		"CONFIGURATION.md":    {"setting"},
-		"CONFIGURATION_RU.md": {"параметр", "настройка"},
+		"CONFIGURATION.ru.md": readRussianData(t).SettingsTableHeads,
 	} {
 		t.Run(page, func(t *testing.T) {
 			md, err := readDoc(page)

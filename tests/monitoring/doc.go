@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package monitoring checks monitoring/ and docs/METRICS*.md against the programs. It is its own
 // Go module, outside go.work, because it needs github.com/prometheus/prometheus (the PromQL
 // parser), which must not change the product's dependency versions (DESIGN §9).
@@ -8,6 +11,6 @@
 //   - promtool (tools/prom, built by tools/build.sh) checks the rules and runs the unit tests
 //     in monitoring/prometheus-rules/tests; every alert has a case where it fires and one where
 //     it does not.
-//   - docs/METRICS.md and docs/METRICS_RU.md list exactly the programs' metrics, with their types
+//   - docs/METRICS.md and docs/METRICS.ru.md list exactly the programs' metrics, with their types
 //     and labels, and every alert.
 package monitoring

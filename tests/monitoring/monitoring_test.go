@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package monitoring
 
 import (
@@ -454,7 +457,7 @@ func TestMetricsDocsListExactlyTheProgramsMetrics(t *testing.T) {
 	for _, a := range alerts(t) {
 		alertNames = append(alertNames, a.Alert)
 	}
-	for _, doc := range []string{"METRICS.md", "METRICS_RU.md"} {
+	for _, doc := range []string{"METRICS.md", "METRICS.ru.md"} {
 		t.Run(doc, func(t *testing.T) {
 			data, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", doc))
 			require.NoError(t, err)

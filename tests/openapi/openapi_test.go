@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package openapi tests the module's settings schemas: the case file's positive and negative
 // cases, and that the defaults the chart tests render with are the schemas' own.
 package openapi

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package programs checks the chart against the programs it runs: every flag the templates
 // render is one the program has, with a value it accepts.
 package programs
@@ -5,6 +8,7 @@ package programs
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -97,6 +101,18 @@ func TestProgramsAcceptEveryRenderedFlag(t *testing.T) {
 			// The check can fail: a value the program does not take is reported by name.
 			out := startup(t, bin, []string{"--log-level=verbose"})
 			assert.Contains(t, out, "--log-level", "a bad flag is reported by name")
+			t.Run("a bad flag exits 2 with one line", func(t *testing.T) {
+				var stdout, stderr bytes.Buffer
+				cmd := exec.CommandContext(t.Context(), bin, "--log-level=verbose")
+				cmd.Env = append(os.Environ(), "NODE_NAME=node-1", "KUBECONFIG=")
+				cmd.Stdout, cmd.Stderr = &stdout, &stderr
+				exitErr, ok := errors.AsType[*exec.ExitError](cmd.Run())
+				require.True(t, ok, "the program fails: %s", stderr.String())
+				assert.Equal(t, 2, exitErr.ExitCode(), "a usage error")
+				assert.Equal(t, name+`: invalid argument "verbose" for "--log-level" flag: must be debug, info, warn or error (see --help)`+"\n",
+					stderr.String(), "one line naming the program, the flag and the reason")
+				assert.Empty(t, stdout.String())
+			})
 
 			for setName, set := range bundle.ValueSets() {
 				t.Run(setName, func(t *testing.T) {
@@ -105,7 +121,7 @@ func TestProgramsAcceptEveryRenderedFlag(t *testing.T) {
 					for _, a := range args {
 						flagName, _, _ := strings.Cut(a, "=")
 						assert.NotContains(t, out, flagName+" ", "the program rejected %s: %s", a, out)
-						assert.NotContains(t, out, "flag provided but not defined", "unknown flag in %v: %s", args, out)
+						assert.NotContains(t, out, "(see --help)", "a usage error in %v: %s", args, out)
 					}
 				})
 			}

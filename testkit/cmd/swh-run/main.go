@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command swh-run is `make run`: the product on a small local cluster that is real in every part
 // the product touches (API server and etcd with the CRD, two controller replicas with leader
 // election, one agent per node, a real kube-proxy, pods that are network namespaces with real

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package dualstack_test holds the dual-stack end-to-end scenarios of issue 20: the real
 // programs (two controller replicas, one agent per node, from testkit/stack) on a dual-stack
 // cluster (testkit/cluster with Options.DualStack: IPv4 198.18.0.0/15 and IPv6 2001:2::/48,

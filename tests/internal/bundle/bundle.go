@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bundle loads the module bundle for tests: it renders the chart with Helm's Go engine
 // from values built the way Deckhouse builds them (settings with the schema's defaults applied,
 // plus the internal values the hooks write), and reads the OpenAPI settings schemas.
@@ -5,14 +8,17 @@ package bundle
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
@@ -34,6 +40,10 @@ const (
 	Namespace = "d8-service-with-healthchecks"
 	// MonitoringNamespace is where the platform's Prometheus and the PodMonitors live.
 	MonitoringNamespace = "d8-monitoring"
+	// ControllerElectionLease is the controller's leader-election Lease in the module namespace
+	// (images/controller/internal/controller.LeaderElectionID), the only Lease its policy lets it
+	// write.
+	ControllerElectionLease = "service-with-healthchecks-controller"
 )
 
 // Root is the repository root (the folder with go.work).
@@ -147,13 +157,46 @@ func deepCopy(v any) any {
 // Render renders the chart with the given values (the whole tree: global and the module's key)
 // and returns every object, in file order.
 func Render(values map[string]any) ([]*unstructured.Unstructured, error) {
+	return RenderContext(values, nil)
+}
+
+// RenderContext is Render with further top-level keys of the render context beside .Values,
+// .Chart and the rest (the platform's .Module).
+func RenderContext(values, extra map[string]any) ([]*unstructured.Unstructured, error) {
+	return RenderWithFiles(values, extra, nil)
+}
+
+// RenderWithFiles is RenderContext with the chart's files (what .Files reads, such as
+// monitoring/prometheus-rules/*.yaml) replaced: a path mapped to nil is removed, any other is
+// set, the module's own files stay as they are on disk.
+func RenderWithFiles(values, extra map[string]any, files map[string][]byte) ([]*unstructured.Unstructured, error) {
 	root, err := Root()
 	if err != nil {
 		return nil, err
 	}
-	chrt, err := loader.LoadDir(root)
+	return RenderDir(root, values, extra, files)
+}
+
+// RenderDir is RenderWithFiles of the chart in dir (a copy of the bundle, say) instead of the
+// repository root.
+func RenderDir(dir string, values, extra map[string]any, files map[string][]byte) ([]*unstructured.Unstructured, error) {
+	chrt, err := loader.LoadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("loading the chart: %w", err)
+	}
+	if len(files) > 0 {
+		kept := chrt.Files[:0]
+		for _, f := range chrt.Files {
+			if _, replaced := files[f.Name]; !replaced {
+				kept = append(kept, f)
+			}
+		}
+		chrt.Files = kept
+		for name, data := range files {
+			if data != nil {
+				chrt.Files = append(chrt.Files, &chart.File{Name: name, Data: data})
+			}
+		}
 	}
 	renderValues, err := chartutil.ToRenderValues(chrt, values, chartutil.ReleaseOptions{
 		Name: ModuleName, Namespace: Namespace, IsInstall: true,
@@ -161,27 +204,58 @@ func Render(values map[string]any) ([]*unstructured.Unstructured, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building render values: %w", err)
 	}
-	files, err := engine.Engine{Strict: true}.Render(chrt, renderValues)
+	if err := addRenderContext(chrt, extra); err != nil {
+		return nil, err
+	}
+	rendered, err := engine.Engine{Strict: true}.Render(chrt, renderValues)
 	if err != nil {
 		return nil, fmt.Errorf("rendering: %w", err)
 	}
-	names := make([]string, 0, len(files))
-	for name := range files {
+	names := make([]string, 0, len(rendered))
+	for name := range rendered {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	var objs []*unstructured.Unstructured
 	for _, name := range names {
-		if strings.HasSuffix(name, ".tpl") || strings.TrimSpace(files[name]) == "" {
+		if strings.HasSuffix(name, ".tpl") || strings.HasSuffix(name, contextTemplate) || strings.TrimSpace(rendered[name]) == "" {
 			continue
 		}
-		got, err := decode(files[name])
+		got, err := decode(rendered[name])
 		if err != nil {
 			return nil, fmt.Errorf("decoding %s: %w", name, err)
 		}
 		objs = append(objs, got...)
 	}
 	return objs, nil
+}
+
+// contextTemplate is the name of the template addRenderContext adds: the deepest path and last
+// in order, so Helm renders it before every template of the chart.
+const contextTemplate = "templates/zz-render-context/zz/zz-render-context.yaml"
+
+// addRenderContext puts extra top-level keys into the render context, as nelm passes .Module
+// beside .Values. Helm's Go engine builds each chart's context from fixed keys (Chart, Files,
+// Release, Capabilities, Values) and shares that one map among the chart's templates, so a
+// template rendered first that sets the keys on it makes them visible to all the others. The
+// template renders nothing and lives only in the loaded chart, never in the module.
+func addRenderContext(chrt *chart.Chart, extra map[string]any) error {
+	if len(extra) == 0 {
+		return nil
+	}
+	for k := range extra {
+		switch k {
+		case "Chart", "Files", "Release", "Capabilities", "Values", "Subcharts", "Template":
+			return fmt.Errorf("render context key %q is Helm's own", k)
+		}
+	}
+	data, err := json.Marshal(extra)
+	if err != nil {
+		return fmt.Errorf("encoding the render context: %w", err)
+	}
+	tpl := fmt.Sprintf("{{- range $k, $v := fromJson %s }}{{- $_ := set $ $k $v }}{{- end }}", strconv.Quote(string(data)))
+	chrt.Templates = append(chrt.Templates, &chart.File{Name: contextTemplate, Data: []byte(tpl)})
+	return nil
 }
 
 func decode(manifest string) ([]*unstructured.Unstructured, error) {

@@ -1,11 +1,33 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package bundle
 
 import (
-	"fmt"
+	"encoding/base64"
+	"encoding/json"
+	"strings"
+)
+
+// Delivery is how Deckhouse delivers the module, which decides where its images come from
+// (development/PACKAGING.md, "Values Deckhouse passes").
+type Delivery string
+
+// Deliveries.
+const (
+	// Embedded: the module ships inside Deckhouse; its images are in the platform's registry,
+	// global.modulesImages.registry.base.
+	Embedded Delivery = ""
+	// External: the module comes from a ModuleSource; Deckhouse writes the source's registry
+	// into serviceWithHealthchecks.registry (base without the module's name, dockercfg).
+	External Delivery = "external"
+	// Package: the platform passes module package values beside .Values (.Module.Package), which
+	// name the images.
+	Package Delivery = "package"
 )
 
 // ValueSet is one configuration of the module: what the user set, what the hooks computed and
-// what the platform knows about the cluster.
+// what the platform knows about the cluster and the module's delivery.
 type ValueSet struct {
 	// Settings are the ModuleConfig's settings before defaults.
 	Settings map[string]any
@@ -15,19 +37,59 @@ type ValueSet struct {
 	EnabledModules []string
 	// SystemNodes is how many nodes carry the system role.
 	SystemNodes int
+	// Delivery is how the module is delivered (default Embedded).
+	Delivery Delivery
+	// NoDockercfg leaves out every registry dockercfg (the platform's and the module's).
+	NoDockercfg bool
+	// Global are further global values of the cluster (highAvailability, ...).
+	Global map[string]any
 }
 
-// Digests of the test images.
+// Digests and registries of the test values: placeholders, no real image has them.
 const (
 	ControllerDigest    = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
 	AgentDigest         = "sha256:2222222222222222222222222222222222222222222222222222222222222222"
 	KubeRbacProxyDigest = "sha256:3333333333333333333333333333333333333333333333333333333333333333"
-	// RegistryBase is the test registry.
-	RegistryBase = "registry.example.com/deckhouse/modules/service-with-healthchecks"
+	// PackageControllerDigest and PackageAgentDigest are the digests of Module.Package.Digests,
+	// different from the global ones so a test sees which were used.
+	PackageControllerDigest = "sha256:4444444444444444444444444444444444444444444444444444444444444444"
+	PackageAgentDigest      = "sha256:5555555555555555555555555555555555555555555555555555555555555555"
+
+	// GlobalRegistryBase is global.modulesImages.registry.base: the platform's registry.
+	GlobalRegistryBase = "registry.deckhouse.io/deckhouse/ce"
+	// GlobalRegistryHost is its host, the key of the platform's dockercfg.
+	GlobalRegistryHost = "registry.deckhouse.io"
+	// ExternalRegistryBase is serviceWithHealthchecks.registry.base of an external module: the
+	// ModuleSource's repository, without the module's name, with the trailing slash a
+	// ModuleSource may carry.
+	ExternalRegistryBase = "modules.example.com/deckhouse/modules/"
+	// ExternalRegistryHost is its host, the key of the module's dockercfg.
+	ExternalRegistryHost = "modules.example.com"
+	// PackageRepository is Module.Package.Registry.repository.
+	PackageRepository = "packages.example.com/deckhouse/packages"
 )
 
-// Values builds the whole values tree: the settings with the schema's defaults applied, the
-// internal values on top (after their own defaults), and the global values.
+// GlobalDockercfg is global.modulesImages.registry.dockercfg: base64 of a docker config with
+// credentials for the platform's registry.
+var GlobalDockercfg = dockercfg(GlobalRegistryHost, "license-token", "platform-secret")
+
+// ModuleDockercfg is serviceWithHealthchecks.registry.dockercfg of an external module.
+var ModuleDockercfg = dockercfg(ExternalRegistryHost, "module-reader", "module-secret")
+
+func dockercfg(host, user, password string) string {
+	auth := base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
+	cfg, err := json.Marshal(map[string]any{"auths": map[string]any{host: map[string]any{
+		"username": user, "password": password, "auth": auth,
+	}}})
+	if err != nil {
+		panic(err)
+	}
+	return base64.StdEncoding.EncodeToString(cfg)
+}
+
+// Values builds the whole values tree as Deckhouse passes it: the settings with the schema's
+// defaults applied, the internal values on top (after their own defaults), the platform's
+// registry values for an external module, and the global values.
 func (v ValueSet) Values() (map[string]any, error) {
 	schema, err := SchemaMap("values.yaml")
 	if err != nil {
@@ -37,27 +99,86 @@ func (v ValueSet) Values() (map[string]any, error) {
 	internal, _ := deepCopy(orEmpty(v.Internal)).(map[string]any)
 	module["internal"] = internal
 	ApplyDefaults(schema, module)
+	if v.Delivery == External {
+		registry := map[string]any{"base": ExternalRegistryBase, "scheme": "https", "ca": ""}
+		if !v.NoDockercfg {
+			registry["dockercfg"] = ModuleDockercfg
+		}
+		module["registry"] = registry
+	}
 
 	enabled := make([]any, 0, len(v.EnabledModules))
 	for _, m := range v.EnabledModules {
 		enabled = append(enabled, m)
 	}
-	return map[string]any{
-		"global": map[string]any{
-			"enabledModules": enabled,
-			"discovery": map[string]any{
-				"d8SpecificNodeCountByRole": map[string]any{"system": v.SystemNodes},
-			},
-			"modulesImages": map[string]any{
-				"registry": map[string]any{"base": RegistryBase},
-				"digests": map[string]any{
-					"common":  map[string]any{"kubeRbacProxy": KubeRbacProxyDigest},
-					ValuesKey: map[string]any{"controller": ControllerDigest, "agent": AgentDigest},
-				},
+	registry := map[string]any{
+		"base": GlobalRegistryBase, "address": GlobalRegistryHost, "path": "/deckhouse/ce", "scheme": "https",
+	}
+	if !v.NoDockercfg {
+		registry["dockercfg"] = GlobalDockercfg
+	}
+	global := map[string]any{
+		"enabledModules": enabled,
+		"discovery": map[string]any{
+			"d8SpecificNodeCountByRole": map[string]any{"system": v.SystemNodes},
+			"prometheusScrapeInterval":  30,
+		},
+		"modulesImages": map[string]any{
+			"registry": registry,
+			"digests": map[string]any{
+				"common":  map[string]any{"kubeRbacProxy": KubeRbacProxyDigest},
+				ValuesKey: map[string]any{"controller": ControllerDigest, "agent": AgentDigest},
 			},
 		},
-		ValuesKey: module,
-	}, nil
+	}
+	for k, val := range v.Global {
+		global[k] = deepCopy(val)
+	}
+	return map[string]any{"global": global, ValuesKey: module}, nil
+}
+
+// Context is what the platform puts into the render context beside .Values: the module package
+// values (.Module.Package) for a Package delivery, nothing otherwise. Registry and Digests are
+// maps, the way lib-helm's own test of helm_lib_module_image passes them.
+func (v ValueSet) Context() map[string]any {
+	if v.Delivery != Package {
+		return nil
+	}
+	return map[string]any{"Module": map[string]any{"Package": map[string]any{
+		"Name":     ModuleName,
+		"Version":  "v0.1.0",
+		"Registry": map[string]any{"name": "packages", "repository": PackageRepository},
+		"Digests":  map[string]any{"controller": PackageControllerDigest, "agent": PackageAgentDigest},
+	}}}
+}
+
+// Render renders the chart with the value set as Deckhouse renders it (values and context).
+func (v ValueSet) Render() (Objects, error) {
+	values, err := v.Values()
+	if err != nil {
+		return nil, err
+	}
+	return RenderContext(values, v.Context())
+}
+
+// ModuleImage is the reference the chart must render for one of the module's images, computed
+// here from the delivery the way lib-helm's helm_lib_module_image does.
+func (v ValueSet) ModuleImage(image string) string {
+	digest := map[string]string{"controller": ControllerDigest, "agent": AgentDigest}[image]
+	switch v.Delivery {
+	case Package:
+		digest = map[string]string{"controller": PackageControllerDigest, "agent": PackageAgentDigest}[image]
+		return PackageRepository + "/" + ModuleName + "@" + digest
+	case External:
+		return strings.Trim(ExternalRegistryBase, "/") + "/" + ModuleName + "@" + digest
+	default:
+		return GlobalRegistryBase + "@" + digest
+	}
+}
+
+// CommonImage is the reference of the platform's kube-rbac-proxy image.
+func CommonImage() string {
+	return GlobalRegistryBase + "@" + KubeRbacProxyDigest
 }
 
 func orEmpty(m map[string]any) map[string]any {
@@ -89,11 +210,6 @@ type NamespaceNames struct {
 	Names     []string
 }
 
-// ImageRef is the reference the chart must render for a digest.
-func ImageRef(digest string) string {
-	return fmt.Sprintf("%s@%s", RegistryBase, digest)
-}
-
 // Value set names: the configurations the chart is rendered with in every test package.
 const (
 	SetDefaults    = "the defaults render a highly available controller and an agent on every node"
@@ -103,6 +219,9 @@ const (
 	SetSystemNodes = "system nodes take the controller when the cluster has them"
 	SetDebug       = "debug settings reach both programs' flags"
 	SetNoPlatform  = "without the monitoring and autoscaling modules there are no PodMonitors or VPAs"
+	SetExternal    = "a module from a ModuleSource pulls its images from its own registry with its own credentials"
+	SetPackage     = "module package values name the module's images"
+	SetNoDockercfg = "without any dockercfg the registry Secret is empty and pulls are anonymous"
 	CredentialsNSA = "team-a"
 	CredentialsNSB = "team-b"
 )
@@ -143,5 +262,10 @@ func ValueSets() map[string]ValueSet {
 			EnabledModules: AllPlatformModules,
 		},
 		SetNoPlatform: {},
+		SetExternal:   {EnabledModules: AllPlatformModules, Delivery: External},
+		SetPackage:    {EnabledModules: AllPlatformModules, Delivery: Package},
+		SetNoDockercfg: {
+			EnabledModules: AllPlatformModules, Delivery: External, NoDockercfg: true,
+		},
 	}
 }

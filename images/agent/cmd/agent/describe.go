@@ -1,9 +1,13 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
 	"io"
 
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
+	"github.com/deckhouse/service-with-healthchecks/lib/metricsdesc"
 )
 
 // describeMetricsCommand is the hidden command that prints every metric the program registers
@@ -15,14 +19,14 @@ const describeMetricsCommand = "describe-metrics"
 // TestDescribeMetricsListsWhatTheAgentRegisters keeps it in step. controller-runtime's own
 // metrics (workqueue_*, rest_client_*, controller_runtime_*) go to its global registry and are
 // not listed.
-func recordMetrics(rec *metrics.Recorder) {
+func recordMetrics(rec *metricsdesc.Recorder) {
 	metrics.New(rec)
 }
 
 // describeMetrics prints the metrics of every collector the program registers, from Describe:
 // one tab-separated line each (name, type, labels, help).
 func describeMetrics(w io.Writer) error {
-	rec := &metrics.Recorder{}
+	rec := &metricsdesc.Recorder{}
 	recordMetrics(rec)
 	return rec.Write(w)
 }

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -12,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/agent"
-	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
+	"github.com/deckhouse/service-with-healthchecks/lib/metricsdesc"
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
 )
 
@@ -20,7 +23,7 @@ import (
 // real API server) registers exactly the collectors describe-metrics lists.
 func TestDescribeMetricsListsWhatTheAgentRegisters(t *testing.T) {
 	env := controlplane.StartForTest(t, controlplane.Options{})
-	fromAgent := &metrics.Recorder{}
+	fromAgent := &metricsdesc.Recorder{}
 	_, err := agent.New(agent.Options{
 		NodeName:               "describe",
 		Config:                 env.Config,
@@ -34,7 +37,7 @@ func TestDescribeMetricsListsWhatTheAgentRegisters(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, want)
 
-	listed := &metrics.Recorder{}
+	listed := &metricsdesc.Recorder{}
 	recordMetrics(listed)
 	got, err := listed.Descriptions()
 	require.NoError(t, err)

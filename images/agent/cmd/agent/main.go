@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command agent is the per-node agent of service-with-healthchecks: it probes the pods of its
 // own node that ServiceWithHealthchecks resources select and publishes them, per port, as
 // EndpointSlices. See development/AGENT.md.
@@ -5,137 +8,113 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/go-logr/logr"
-	"go.uber.org/zap/zapcore"
-	"k8s.io/client-go/tools/clientcmd"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/agent"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/lease"
+	"github.com/deckhouse/service-with-healthchecks/lib/cmdline"
+)
+
+// program is the program's name, the first word of every line it reports on stderr.
+const program = "agent"
+
+// Client-side API rate limits (--kube-api-qps, --kube-api-burst): one agent per node, so lower
+// than the controller's.
+const (
+	defaultKubeAPIQPS   = 20
+	defaultKubeAPIBurst = 40
 )
 
 func main() {
-	if len(os.Args) == 2 && os.Args[1] == describeMetricsCommand {
-		if err := describeMetrics(os.Stdout); err != nil {
-			fmt.Fprintln(os.Stderr, "agent: "+err.Error())
-			os.Exit(1)
-		}
-		return
-	}
-	if err := run(os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return
-		}
-		fmt.Fprintln(os.Stderr, "agent: "+err.Error())
-		os.Exit(1)
-	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := cmdline.Report(os.Stderr, program, run(ctx, os.Args[1:], os.Getenv, os.Stdout))
+	stop()
+	os.Exit(code)
 }
 
 // flags are the program's flags (DESIGN §12; the names are frozen).
 type flags struct {
-	nodeName               string
-	kubeconfig             string
-	metricsBindAddress     string
-	healthProbeBindAddress string
-	leaseNamespace         string
-	leaseRenewInterval     time.Duration
-	probeConcurrency       int
-	kubeAPIQPS             float64
-	kubeAPIBurst           int
-	logLevel               string
+	// Common are the flags the agent shares with the controller: kubeconfig, API rate limits,
+	// metrics and health addresses, log level.
+	cmdline.Common
+	nodeName           string
+	leaseNamespace     string
+	leaseRenewInterval time.Duration
+	probeConcurrency   int
 }
 
-func parse(args []string) (flags, error) {
+// parse parses the arguments (without the program name); getenv supplies $NODE_NAME and
+// $KUBECONFIG. On --help it writes the help to stdout and returns cmdline.ErrHelp; every other
+// error is a usage error on one line.
+func parse(args []string, getenv func(string) string, stdout io.Writer) (flags, error) {
 	var f flags
-	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
-	fs.StringVar(&f.nodeName, "node-name", os.Getenv("NODE_NAME"), "Name of the node this agent serves (default $NODE_NAME); required.")
-	fs.StringVar(&f.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "Path to a kubeconfig (default $KUBECONFIG, else the in-cluster config).")
-	fs.StringVar(&f.metricsBindAddress, "metrics-bind-address", agent.DefaultMetricsBindAddress, "Address of the /metrics endpoint (\"0\" disables it); keep it on 127.0.0.1 behind kube-rbac-proxy.")
-	fs.StringVar(&f.healthProbeBindAddress, "health-probe-bind-address", agent.DefaultHealthProbeBindAddress, "Address of the /healthz and /readyz endpoints (\"0\" disables them).")
-	fs.StringVar(&f.leaseNamespace, "lease-namespace", agent.DefaultLeaseNamespace, "Namespace of the node Leases the agents renew.")
-	fs.DurationVar(&f.leaseRenewInterval, "lease-renew-interval", lease.DefaultRenewInterval, "How often the node Lease is renewed; keep it well below the controller's --agent-lost-grace (a few renewals fit in one grace).")
-	fs.IntVar(&f.probeConcurrency, "probe-concurrency", agent.DefaultProbeConcurrency, "Maximum number of probes running at once on this node.")
-	fs.Float64Var(&f.kubeAPIQPS, "kube-api-qps", 20, "Queries per second to the API server.")
-	fs.IntVar(&f.kubeAPIBurst, "kube-api-burst", 40, "Burst of queries to the API server.")
-	fs.StringVar(&f.logLevel, "log-level", "info", "Log level: debug, info or error.")
-	// Errors are reported in one line by main; only -help prints the flags.
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			_, _ = fmt.Fprintln(os.Stdout, "Usage of agent (service-with-healthchecks per-node agent):")
-			fs.SetOutput(os.Stdout)
-			fs.PrintDefaults()
-		}
-		return f, err
+	p := cmdline.New(program,
+		"The per-node agent of service-with-healthchecks: probes the pods of its own node that\n"+
+			"ServiceWithHealthchecks resources select and publishes them, per port, as EndpointSlices.")
+	f.AddFlags(p.Flags, getenv, cmdline.Defaults{
+		MetricsBindAddress:     agent.DefaultMetricsBindAddress,
+		HealthProbeBindAddress: agent.DefaultHealthProbeBindAddress,
+		KubeAPIQPS:             defaultKubeAPIQPS,
+		KubeAPIBurst:           defaultKubeAPIBurst,
+	})
+	p.Flags.StringVar(&f.nodeName, "node-name", getenv("NODE_NAME"),
+		"The `name` of the node this agent serves (default $NODE_NAME); required.")
+	p.Flags.StringVar(&f.leaseNamespace, "lease-namespace", agent.DefaultLeaseNamespace,
+		"The `namespace` of the node Leases the agents renew (the controller's --agent-lease-namespace).")
+	p.Flags.DurationVar(&f.leaseRenewInterval, "lease-renew-interval", lease.DefaultRenewInterval,
+		"How often the node Lease is renewed; keep it well below the controller's --agent-lost-grace (a few renewals fit in one grace).")
+	p.Flags.IntVar(&f.probeConcurrency, "probe-concurrency", agent.DefaultProbeConcurrency,
+		"Maximum number of probes running at once on this node.")
+	if err := p.Parse(args, stdout); err != nil {
+		return flags{}, err
 	}
-	switch {
-	case fs.NArg() > 0:
-		return f, fmt.Errorf("unexpected arguments: %v", fs.Args())
-	case f.nodeName == "":
-		return f, fmt.Errorf("--node-name (or $NODE_NAME) is required")
-	case f.leaseRenewInterval <= 0:
-		return f, fmt.Errorf("--lease-renew-interval must be positive, not %s", f.leaseRenewInterval)
-	case f.probeConcurrency < 1:
-		return f, fmt.Errorf("--probe-concurrency must be at least 1, not %d", f.probeConcurrency)
-	case f.kubeAPIQPS <= 0:
-		return f, fmt.Errorf("--kube-api-qps must be positive, not %v", f.kubeAPIQPS)
-	case f.kubeAPIBurst < 1:
-		return f, fmt.Errorf("--kube-api-burst must be at least 1, not %d", f.kubeAPIBurst)
-	}
-	if _, err := logger(f.logLevel); err != nil {
-		return f, err
+	if err := f.check(); err != nil {
+		return flags{}, err
 	}
 	return f, nil
 }
 
-// logger builds the logger; debug shows logr V-levels up to 5 (every probe at V(4)).
-func logger(level string) (logr.Logger, error) {
-	var l zapcore.Level
-	switch level {
-	case "debug":
-		l = zapcore.Level(-5)
-	case "info":
-		l = zapcore.InfoLevel
-	case "error":
-		l = zapcore.ErrorLevel
-	default:
-		return logr.Logger{}, fmt.Errorf("--log-level must be debug, info or error, not %q", level)
+func (f *flags) check() error {
+	if err := f.Check(); err != nil { // the shared flags
+		return err
 	}
-	return zap.New(zap.Level(l)), nil
+	switch {
+	case f.nodeName == "":
+		return cmdline.Usagef("--node-name: required (set the flag or $NODE_NAME)")
+	case f.leaseNamespace == "":
+		return cmdline.Usagef("--lease-namespace: must not be empty")
+	case f.leaseRenewInterval <= 0:
+		return cmdline.Usagef("--lease-renew-interval %s: must be positive", f.leaseRenewInterval)
+	case f.probeConcurrency < 1:
+		return cmdline.Usagef("--probe-concurrency %d: must be at least 1", f.probeConcurrency)
+	}
+	return nil
 }
 
-func run(args []string) error {
-	f, err := parse(args)
+// run is the program: its hidden describe-metrics command, or flags → logger, API server
+// configuration → the agent until ctx ends. Its error decides the exit code (cmdline.Report).
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	if len(args) == 1 && args[0] == describeMetricsCommand {
+		return describeMetrics(stdout)
+	}
+	f, err := parse(args, getenv, stdout)
 	if err != nil {
 		return err
 	}
-	log, _ := logger(f.logLevel)
-	ctrl.SetLogger(log)
-
-	loading := clientcmd.NewDefaultClientConfigLoadingRules()
-	loading.ExplicitPath = f.kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(loading, &clientcmd.ConfigOverrides{}).ClientConfig()
+	log := f.SetupLogger(os.Stderr)
+	cfg, err := f.RESTConfig("service-with-healthchecks-agent/" + f.nodeName)
 	if err != nil {
-		return fmt.Errorf("loading the API server config: %w", err)
+		return err
 	}
-	cfg.QPS, cfg.Burst = float32(f.kubeAPIQPS), f.kubeAPIBurst
-	cfg.UserAgent = "service-with-healthchecks-agent/" + f.nodeName
-
 	a, err := agent.New(agent.Options{
 		NodeName:               f.nodeName,
 		Config:                 cfg,
-		MetricsBindAddress:     f.metricsBindAddress,
-		HealthProbeBindAddress: f.healthProbeBindAddress,
+		MetricsBindAddress:     f.MetricsBindAddress,
+		HealthProbeBindAddress: f.HealthProbeBindAddress,
 		LeaseNamespace:         f.leaseNamespace,
 		LeaseRenewInterval:     f.leaseRenewInterval,
 		ProbeConcurrency:       f.probeConcurrency,
@@ -144,8 +123,6 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	log.Info("starting", "node", f.nodeName)
 	return a.Run(ctx)
 }

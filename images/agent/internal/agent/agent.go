@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package agent wires the agent together: a controller-runtime manager whose caches hold only
 // this node's pods (and this module's EndpointSlices), the probe scheduler, the per-port rule,
 // the desired-slice computation and the publisher. cmd/agent only parses flags and calls Run.
@@ -87,6 +90,8 @@ type Agent struct {
 	Metrics   *metrics.Metrics
 	Scheduler *scheduler.Scheduler
 	opts      Options
+	// direct reads and writes without the manager's caches (the upgrade's relabelling).
+	direct client.Client
 }
 
 // New builds an agent.
@@ -127,9 +132,13 @@ func New(opts Options) (*Agent, error) {
 			// Only this node's pods: the per-node program narrows its cache, it does not
 			// filter after listing the whole cluster.
 			&corev1.Pod{}: {Field: fields.OneTermEqualSelector("spec.nodeName", opts.NodeName)},
-			// Only this module's slices (of every node: a name another node's slice holds
-			// is a collision to report, not to overwrite).
-			&discoveryv1.EndpointSlice{}: {Label: labels.SelectorFromSet(labels.Set{discoveryv1.LabelManagedBy: slicemeta.ManagedBy})},
+			// Only this module's slices of this node: the agent's memory and watch traffic do
+			// not grow with other nodes. A name another node's slice holds is found taken
+			// when the agent creates it (the publisher reads it and refuses it).
+			&discoveryv1.EndpointSlice{}: {Label: labels.SelectorFromSet(labels.Set{
+				discoveryv1.LabelManagedBy: slicemeta.ManagedBy,
+				slicemeta.LabelNodeKey:     slicemeta.NodeKey(opts.NodeName),
+			})},
 			// Only this agent's own Node, watched by name as MetalLB's speaker does: its zone
 			// labels the endpoints from the first write and follows a relabelled node.
 			&corev1.Node{}: {Field: fields.OneTermEqualSelector("metadata.name", opts.NodeName)},
@@ -175,6 +184,7 @@ func New(opts Options) (*Agent, error) {
 		Workers:  opts.ProbeConcurrency,
 		Runner:   runner,
 		OnChange: r.resultChanged,
+		OnLate:   r.probesLate,
 		Metrics:  m,
 		Logger:   opts.Logger.WithName("scheduler"),
 	})
@@ -225,11 +235,21 @@ func New(opts Options) (*Agent, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("adding the readiness check: %w", err)
 	}
-	return &Agent{Manager: mgr, Metrics: m, Scheduler: sched, opts: opts}, nil
+	direct, err := client.New(opts.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("creating the direct client: %w", err)
+	}
+	return &Agent{Manager: mgr, Metrics: m, Scheduler: sched, opts: opts, direct: direct}, nil
 }
 
 // Run runs the agent until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
+	// Before the caches start: slices published by an agent that did not label them with
+	// their node key are labelled, so the node-filtered cache holds them and the first
+	// reconcile carries their verdicts over (an upgrade does not flap).
+	if err := labelOwnSlices(ctx, a.direct, a.opts.NodeName, a.opts.Logger.WithName("upgrade")); err != nil {
+		return err
+	}
 	if err := a.Manager.Start(ctx); err != nil {
 		return fmt.Errorf("running the agent: %w", err)
 	}
@@ -243,6 +263,6 @@ func ProberRunner(p *prober.Prober) scheduler.Runner {
 		if err != nil {
 			return scheduler.Outcome{Err: err}
 		}
-		return scheduler.Outcome{Pass: res.Outcome == prober.Success, Reason: res.Reason}
+		return scheduler.Outcome{Pass: res.Outcome == prober.Success, Deferred: res.Outcome == prober.Deferred, Reason: res.Reason}
 	})
 }

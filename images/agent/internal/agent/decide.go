@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package agent
 
 import (
@@ -82,12 +85,17 @@ func Decide(o Observed) Decision {
 		digests[i] = scheduler.DigestProbe(p)
 	}
 
-	var d Decision
+	d := Decision{Targets: make([]scheduler.Target, 0, len(o.Pods)*len(probes))}
 	pods := make([]sliceplan.Pod, 0, len(o.Pods))
-	verdicts := map[servingKey]Transition{}
+	// The verdicts by pod and port: an index into the list (a Transition is too large for a map
+	// to hold it without allocating each entry).
+	verdicts := make(map[servingKey]int, len(o.Pods)*len(swh.Spec.Ports))
+	decided := make([]Transition, 0, len(o.Pods)*len(swh.Spec.Ports))
+	// One results buffer for every pod: Evaluate does not keep it.
+	results := make(portrule.Results, len(probes))
 	for _, pod := range o.Pods {
 		b := portrule.Bind(&swh.Spec, pod)
-		results := portrule.Results{}
+		clear(results)
 		if b.Publishable {
 			notBefore := pod.CreationTimestamp.Add(initialDelay)
 			if pod.Status.StartTime != nil {
@@ -128,7 +136,8 @@ func Decide(o Observed) Decision {
 				port := swh.Spec.Ports[e.PortIndex]
 				portName, t.Port = port.Name, port.DisplayName()
 			}
-			verdicts[servingKey{port: portName, pod: pod.UID}] = t
+			verdicts[servingKey{port: portName, pod: pod.UID}] = len(decided)
+			decided = append(decided, t)
 		}
 	}
 	if len(o.Pods) > 0 {
@@ -152,7 +161,7 @@ func Decide(o Observed) Decision {
 	}
 	d.Desired = sliceplan.Compute(sliceplan.Input{Resource: swh, Node: o.Node, Zone: o.Zone, Pods: pods, Existing: own})
 	d.Plan = sliceplan.Diff(swh.Name, swh.UID, o.Node, d.Desired, existing)
-	d.Transitions = transitions(d.Desired, own, verdicts)
+	d.Transitions = transitions(d.Desired, own, verdicts, decided)
 	return d
 }
 
@@ -167,8 +176,8 @@ type servingKey struct {
 // is a transition; it is reported with the first desired slice that lists the pod on that port
 // (a dual-stack pod is in one slice per family: it is reported once). A pod that appears
 // serving is not a transition: only a change back to serving is ("probes pass").
-func transitions(desired []sliceplan.Desired, existing []*discoveryv1.EndpointSlice, verdicts map[servingKey]Transition) map[string][]Transition {
-	before := map[servingKey]bool{}
+func transitions(desired []sliceplan.Desired, existing []*discoveryv1.EndpointSlice, verdicts map[servingKey]int, decided []Transition) map[string][]Transition {
+	before := make(map[servingKey]bool, len(verdicts))
 	for _, s := range existing {
 		port, _ := slicemeta.PortOf(s)
 		for _, e := range s.Endpoints {
@@ -180,17 +189,18 @@ func transitions(desired []sliceplan.Desired, existing []*discoveryv1.EndpointSl
 		}
 	}
 	out := map[string][]Transition{}
-	reported := map[servingKey]bool{}
+	reported := make(map[servingKey]bool, len(verdicts))
 	for _, ds := range desired {
 		for _, e := range ds.Slice.Endpoints {
 			if e.TargetRef == nil {
 				continue
 			}
 			k := servingKey{port: ds.Key.Port, pod: e.TargetRef.UID}
-			v, decided := verdicts[k]
-			if !decided || reported[k] {
+			i, ok := verdicts[k]
+			if !ok || reported[k] {
 				continue
 			}
+			v := decided[i]
 			reported[k] = true
 			was, seen := before[k]
 			switch {

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package agent
 
 import (
@@ -29,7 +32,7 @@ func BenchmarkDecide(b *testing.B) {
 			pass[p.Name] = map[int]portrule.State{0: portrule.Pass, 1: portrule.Pass, 2: portrule.Pass, 3: portrule.Pass}
 		}
 		results := results(swh, pods, pass)
-		written := asExisting(Decide(Observed{Resource: swh, Node: testNode, Pods: pods, Results: results}).Desired)
+		written := asExisting(Decide(Observed{Resource: swh, Node: testNode, Zone: "zone-a", Pods: pods, Results: results}).Desired)
 		changed := make(map[scheduler.Key]portrule.ProbeResult, len(results))
 		for k, v := range results {
 			if k.PodUID == pods[0].UID && k.Probe == 1 {
@@ -39,6 +42,9 @@ func BenchmarkDecide(b *testing.B) {
 		}
 		for name, r := range map[string]map[scheduler.Key]portrule.ProbeResult{"steady": results, "one-change": changed} {
 			o := Observed{Resource: swh, Node: testNode, Zone: "zone-a", Pods: pods, Slices: written, Results: r}
+			if d := Decide(o); name == "steady" && d.Plan.HasChanges() {
+				b.Fatalf("the steady state plans writes: %+v", d.Plan)
+			}
 			b.Run(fmt.Sprintf("pods=%d/%s", n, name), func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package agent
 
 import (
@@ -5,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
@@ -397,4 +401,18 @@ func TestEventNotesFitTheEventsAPI(t *testing.T) {
 			assert.True(t, strings.HasPrefix(n, "pod vm-1, port smtp: "))
 		})
 	}
+}
+
+func TestASummaryNoteCountsEveryTransitionAndFitsTheEventsAPI(t *testing.T) {
+	var batch []Transition
+	for i := range 40 {
+		batch = append(batch, Transition{Pod: corev1.ObjectReference{Name: "web-" + strconv.Itoa(i)}, Port: "http",
+			Serving: i%4 == 0, Reason: "probe 0 (HTTP): HTTP 503 " + strings.Repeat("x", 40)})
+	}
+	n := summaryNote(batch, 2*time.Second)
+	assert.True(t, strings.HasPrefix(n, "40 port transitions within 2s: 30 stopped serving, 10 serve again. pod web-0, port http: probes pass;"), n)
+	assert.LessOrEqual(t, len(n), MaxNoteBytes)
+	assert.Regexp(t, `\(and \d+ more\)$`, n, "what does not fit is counted")
+	short := summaryNote(batch[:2], 2*time.Second)
+	assert.Equal(t, "2 port transitions within 2s: 1 stopped serving, 1 serve again. pod web-0, port http: probes pass; pod web-1, port http: probe 0 (HTTP): HTTP 503 "+strings.Repeat("x", 40), short)
 }

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package credentials keeps the PostgreSQL credential Secrets that probes reference, read under
 // least privilege: one watch per referenced Secret, narrowed by the field selector
 // metadata.name=<name> (which RBAC authorizes against resourceNames), started and stopped as
@@ -25,7 +28,8 @@ const (
 	TLSDisabled TLSMode = "Disabled"
 	// TLSSkipVerification uses TLS but accepts any server certificate.
 	TLSSkipVerification TLSMode = "SkipVerification"
-	// TLSVerifyCA verifies that the server certificate chains to caCert.
+	// TLSVerifyCA verifies that the server certificate chains to caCert. It does not prove which
+	// server answers, so passwords are still only used with SCRAM.
 	TLSVerifyCA TLSMode = "VerifyCA"
 	// TLSVerifyAll also verifies that the certificate names the pod IP (an IP SAN).
 	TLSVerifyAll TLSMode = "VerifyAll"
@@ -62,10 +66,18 @@ func (c *Credentials) Password() string {
 	return c.password
 }
 
-// Verified reports whether the TLS mode authenticates the server, which is what allows a
-// clear-text password exchange.
-func (c *Credentials) Verified() bool {
+// VerifiesCertificate reports whether the TLS mode verifies the server's certificate chain
+// against caCert (VerifyCA and VerifyAll), which is why those modes need caCert.
+func (c *Credentials) VerifiesCertificate() bool {
 	return c.TLSMode == TLSVerifyCA || c.TLSMode == TLSVerifyAll
+}
+
+// VerifiesServer reports whether the TLS mode proves which server answers: only VerifyAll,
+// whose certificate must name the pod IP. That is what allows sending a password the server
+// could read (clear text) or replay (MD5). VerifyCA does not: any server holding a
+// certificate from the same CA would pass it and could harvest the password.
+func (c *Credentials) VerifiesServer() bool {
+	return c.TLSMode == TLSVerifyAll
 }
 
 // String describes the credentials without secrets.
@@ -114,7 +126,7 @@ func Parse(secret *corev1.Secret) (*Credentials, error) {
 		}
 		c.RootCAs = pool
 	}
-	if c.Verified() && c.RootCAs == nil {
+	if c.VerifiesCertificate() && c.RootCAs == nil {
 		return nil, fmt.Errorf("key %s missing (required for tlsMode %s)", KeyCACert, c.TLSMode)
 	}
 	cert, hasCert := secret.Data[KeyClientCert]

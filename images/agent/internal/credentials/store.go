@@ -1,9 +1,14 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package credentials
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -27,11 +32,27 @@ type Error struct {
 	Secret types.NamespacedName
 	// Problem is what is wrong, e.g. "not found", "wrong type ...", "key password missing".
 	Problem string
+	// loading is set while the Secret's watch has not synced yet, within LoadGrace.
+	loading bool
 }
 
 func (e *Error) Error() string {
 	return fmt.Sprintf("credentials Secret %s: %s", e.Secret, e.Problem)
 }
+
+// Is makes errors.Is(err, ErrLoading) true while the Secret is still loading.
+func (e *Error) Is(target error) bool {
+	return target == ErrLoading && e.loading
+}
+
+// ErrLoading matches (errors.Is) the Error of a Secret whose watch has not synced yet, within
+// LoadGrace of its start: the Secret is not known to be missing or broken, only not read yet.
+// A probe that needs it is not run rather than failed, so an agent that has just started (or a
+// probe that has just been given a Secret) does not withdraw an endpoint before it could know.
+var ErrLoading = errors.New("credentials Secret still loading")
+
+// LoadGrace is how long a Secret may stay "not loaded yet" before that counts as a problem.
+const LoadGrace = 30 * time.Second
 
 // Options configure a Store.
 type Options struct {
@@ -54,6 +75,7 @@ type Store struct {
 
 type entry struct {
 	ref      types.NamespacedName
+	started  time.Time // when the watch started (LoadGrace)
 	informer cache.SharedIndexInformer
 	stop     chan struct{}
 	done     chan struct{}
@@ -141,8 +163,10 @@ func (s *Store) Lookup(namespace, name string) (*Credentials, error) {
 		return nil, &Error{Secret: ref, Problem: "not found"}
 	case e.watchErr != "":
 		return nil, &Error{Secret: ref, Problem: "cannot be read: " + e.watchErr}
+	case time.Since(e.started) < LoadGrace:
+		return nil, &Error{Secret: ref, Problem: "not loaded yet", loading: true}
 	default:
-		return nil, &Error{Secret: ref, Problem: "not loaded yet"}
+		return nil, &Error{Secret: ref, Problem: fmt.Sprintf("not loaded after %s", LoadGrace)}
 	}
 }
 
@@ -209,9 +233,10 @@ func (s *Store) start(ref types.NamespacedName) *entry {
 		},
 	}
 	e := &entry{
-		ref:  ref,
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		ref:     ref,
+		started: time.Now(),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
 		informer: cache.NewSharedIndexInformerWithOptions(lw, &corev1.Secret{},
 			cache.SharedIndexInformerOptions{ObjectDescription: "credential Secret " + ref.String()}),
 	}

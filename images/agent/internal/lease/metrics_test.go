@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package lease
 
 import (
@@ -17,6 +20,7 @@ import (
 // allowed, swh_agent_lease_last_renew_timestamp_seconds carries the time of a renewal.
 func TestRenewerMetricsCountFailuresAndStampRenewals(t *testing.T) {
 	ns := env.CreateNamespaceForTest(t, "lease")
+	createNode(t, "worker-m")
 	sa := "agent"
 	c, err := env.ServiceAccountClient(ns, sa)
 	require.NoError(t, err)

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package metrics holds every metric the agent exports (documented in docs/METRICS.md). No metric
 // carries a per-pod or per-resource label, so the number of series does not grow with the
 // cluster and nothing is left behind when targets go.
@@ -16,6 +19,9 @@ const (
 	// OutcomeError is a probe that could not be run at all (invalid input); it counts as a
 	// failure for the thresholds.
 	OutcomeError = "error"
+	// OutcomeDeferred is a probe that was not run because an input is still loading (its
+	// credential Secret); it counts for nothing.
+	OutcomeDeferred = "deferred"
 )
 
 // Label values of the operation label.
@@ -42,6 +48,8 @@ type Metrics struct {
 	ProbeTransitions *prometheus.CounterVec
 	// SchedulingLag is how late a probe started after it was due.
 	SchedulingLag prometheus.Histogram
+	// LateRuns counts probe runs that started more than one period after they were due.
+	LateRuns prometheus.Counter
 	// Targets is the number of (pod, probe) targets the agent probes.
 	Targets prometheus.Gauge
 	// Endpoints is the number of (pod address, port) endpoints the agent publishes, by state.
@@ -52,6 +60,13 @@ type Metrics struct {
 	SliceWriteErrors *prometheus.CounterVec
 	// SliceConflicts counts refusals to write a slice whose name another object holds.
 	SliceConflicts prometheus.Counter
+	// PortTransitions counts the probed ports of pods that turned serving or not serving in a
+	// slice this agent wrote, by new state (serving, not_serving): every one, also those an
+	// Event reports only in a summary.
+	PortTransitions *prometheus.CounterVec
+	// TransitionEvents counts the Events that report port transitions, by kind (one: one
+	// transition; summary: the transitions of a resource in one window).
+	TransitionEvents *prometheus.CounterVec
 	// CredentialProblems counts, at scrape time, the referenced credential Secrets that cannot
 	// be used, by problem (missing, wrong_type, malformed, unreadable).
 	CredentialProblems *CredentialProblems
@@ -134,6 +149,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help:    "How late a probe run started after it was due (waiting for a free worker).",
 			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 2.5, 5, 10},
 		}),
+		LateRuns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "swh_agent_probe_late_runs_total",
+			Help: "Probe runs that started more than one period after they were due: every worker was busy, or the namespace had its share of them in flight.",
+		}),
 		Targets: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "swh_agent_probe_targets",
 			Help: "Number of (pod, probe) targets this agent probes.",
@@ -154,6 +173,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "swh_agent_endpointslice_name_conflicts_total",
 			Help: "Refusals to write an EndpointSlice whose name is held by an object this agent does not own.",
 		}),
+		PortTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swh_agent_port_transitions_total",
+			Help: "Probed ports of pods that turned serving or not serving in a slice this agent wrote, by new state (serving, not_serving).",
+		}, []string{"state"}),
+		TransitionEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swh_agent_transition_events_total",
+			Help: "Events reporting port transitions, by kind: one (a single transition) or summary (a resource's transitions in one window).",
+		}, []string{"kind"}),
 		CredentialProblems: &CredentialProblems{desc: prometheus.NewDesc("swh_agent_credential_secret_problems",
 			"Credential Secrets referenced by PostgreSQL probes on this node that cannot be used, by problem (missing, wrong_type, malformed, unreadable); their probes cannot run.",
 			[]string{"problem"}, nil)},
@@ -167,8 +194,8 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.ProbeDuration, m.ProbeResults, m.ProbeTransitions, m.SchedulingLag, m.Targets,
-			m.Endpoints, m.SliceWrites, m.SliceWriteErrors, m.SliceConflicts, m.CredentialProblems,
+		reg.MustRegister(m.ProbeDuration, m.ProbeResults, m.ProbeTransitions, m.SchedulingLag, m.LateRuns,
+			m.Targets, m.Endpoints, m.SliceWrites, m.SliceWriteErrors, m.SliceConflicts, m.PortTransitions, m.TransitionEvents, m.CredentialProblems,
 			m.LeaseLastRenew, m.LeaseRenewErrors)
 	}
 	return m

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package portrule is DESIGN §3, the per-port rule, as one pure function: from a resource's
 // spec, one pod and the results of that pod's probes to the endpoint conditions of the pod on
 // every Service port.
@@ -5,6 +8,7 @@ package portrule
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,9 +47,18 @@ type ProbeResult struct {
 	Reason string
 }
 
-// Results holds the verdicts of a pod's probes, keyed by the probe's index in
-// spec.healthcheck.probes. A missing index is Unknown.
-type Results map[int]ProbeResult
+// Results holds the verdicts of a pod's probes by the probe's index in spec.healthcheck.probes
+// (a slice: a reconcile reuses one for every pod). An index past its end is Unknown, as is the
+// zero value.
+type Results []ProbeResult
+
+// Of is the result of the probe of index i.
+func (r Results) Of(i int) ProbeResult {
+	if i < 0 || i >= len(r) {
+		return ProbeResult{}
+	}
+	return r[i]
+}
 
 // Endpoint is the pod on one Service port.
 type Endpoint struct {
@@ -222,26 +235,48 @@ func Bind(spec *v1alpha1.ServiceWithHealthchecksSpec, pod *corev1.Pod) Binding {
 	// Rules 2 and 3: which ports each probe checks. A probe whose named port the pod lacks
 	// cannot run: it belongs to the Service ports with the same named target port (which are
 	// unpublished on this pod anyway) or, when there are none, fails the pod as a whole.
-	b.Probes = make([]ProbeBinding, len(spec.Healthcheck.Probes))
-	for pi, p := range spec.Healthcheck.Probes {
+	probes := spec.Healthcheck.Probes
+	b.Probes = make([]ProbeBinding, len(probes))
+	// The index lists share one backing array (a reconcile binds every pod): each probe's list
+	// of ports is cut from it, then the whole-pod list, then each port's list of probes.
+	arena := make([]int, 0, 2*len(probes)*len(spec.Ports)+len(probes))
+	for pi, p := range probes {
 		t := p.TargetPort()
 		n, ok := ResolvePort(pod, t, corev1.ProtocolTCP)
 		pb := ProbeBinding{Port: n, Runnable: ok}
+		start := len(arena)
 		for i, sp := range spec.Ports {
 			switch {
 			case ok && b.Ports[i].Resolved && b.Ports[i].TargetPort == n:
-				pb.Ports = append(pb.Ports, i)
+				arena = append(arena, i)
 			case !ok && t.Type == intstr.String && sp.TargetPort.Type == intstr.String && sp.TargetPort.StrVal == t.StrVal:
-				pb.Ports = append(pb.Ports, i)
+				arena = append(arena, i)
 			}
 		}
-		if len(pb.Ports) == 0 {
-			b.WholePod = append(b.WholePod, pi)
-		}
-		for _, i := range pb.Ports {
-			b.Ports[i].Probes = append(b.Ports[i].Probes, pi)
+		if len(arena) > start {
+			pb.Ports = arena[start:len(arena):len(arena)]
 		}
 		b.Probes[pi] = pb
+	}
+	start := len(arena)
+	for pi := range b.Probes {
+		if len(b.Probes[pi].Ports) == 0 {
+			arena = append(arena, pi)
+		}
+	}
+	if len(arena) > start {
+		b.WholePod = arena[start:len(arena):len(arena)]
+	}
+	for i := range b.Ports {
+		start := len(arena)
+		for pi := range b.Probes {
+			if slices.Contains(b.Probes[pi].Ports, i) {
+				arena = append(arena, pi)
+			}
+		}
+		if len(arena) > start {
+			b.Ports[i].Probes = arena[start:len(arena):len(arena)]
+		}
 	}
 	return b
 }
@@ -276,7 +311,16 @@ func (b Binding) Evaluate(spec *v1alpha1.ServiceWithHealthchecksSpec, results Re
 			continue
 		}
 		e.Terminating = b.Terminating
-		e.Probes = append(append([]int(nil), pb.Probes...), b.WholePod...)
+		// Shared with the binding where one of the two lists is empty (mostly): the endpoint
+		// does not change it.
+		switch {
+		case len(b.WholePod) == 0:
+			e.Probes = pb.Probes
+		case len(pb.Probes) == 0:
+			e.Probes = b.WholePod
+		default:
+			e.Probes = append(append(make([]int, 0, len(pb.Probes)+len(b.WholePod)), pb.Probes...), b.WholePod...)
+		}
 		var serving bool
 		if len(e.Probes) == 0 {
 			// Rule 4, second half: an unprobed port follows the pod's Ready condition.
@@ -304,7 +348,7 @@ func (b Binding) verdict(idx []int, probes []v1alpha1.Probe, results Results) (b
 			reasons = append(reasons, fmt.Sprintf("probe %d (%s): pod has no container port named %q", pi, probes[pi].Mode, probes[pi].TargetPort().StrVal))
 			continue
 		}
-		r := results[pi]
+		r := results.Of(pi)
 		switch r.State {
 		case Fail:
 			reasons = append(reasons, fmt.Sprintf("probe %d (%s): %s", pi, probes[pi].Mode, r.Reason))

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package prober
 
 import (
@@ -19,10 +22,6 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 )
-
-// maxBodyBytes bounds how much of a response body is read (the kubelet reads 10 KiB). The rest
-// is never read: the connection is reset instead.
-const maxBodyBytes = 10 << 10
 
 // userAgent is sent unless the probe sets its own User-Agent header.
 const userAgent = "service-with-healthchecks-agent"
@@ -112,38 +111,57 @@ func (p *Prober) probeHTTP(ctx context.Context, h *v1alpha1.HTTPProbe, addr neti
 		}
 	}
 
-	conn, err := dial(ctx, addr)
+	tcp, err := dial(ctx, addr)
 	if err != nil {
 		return failure(netReason(ctx, err, timeout)), nil
 	}
-	defer func() { _ = conn.Close() }()
+	defer func() { _ = tcp.Close() }()
 	if deadline, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(deadline)
+		_ = tcp.SetDeadline(deadline)
 	}
 	// A cancelled ctx (not only its deadline) must also interrupt reads and writes.
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, func() { _ = tcp.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
+	// Every byte read from the pod goes through conn, which bounds the whole probe and, during
+	// the handshake, the handshake.
+	conn := newLimitedConn(tcp)
 	var rw net.Conn = conn
 	if tlsConfig != nil {
 		tc := tls.Client(conn, tlsConfig)
+		conn.bound(maxTLSHandshakeBytes, errTLSHandshakeLimit)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return failure(tlsReason(ctx, err, timeout)), nil
 		}
+		conn.unbound()
 		rw = tc
 	}
 	if err := req.Write(rw); err != nil {
 		return failure("sending request: " + netReason(ctx, err, timeout)), nil
 	}
-	resp, err := http.ReadResponse(bufio.NewReaderSize(rw, 4<<10), req)
+	// The status line and headers are read through a bound of their own: http.ReadResponse
+	// reads them without any limit (an endless header line would take the agent's memory).
+	// The bufio.Reader sits above the bound, so what it reads ahead counts too.
+	head := &limitedReader{r: rw, n: maxResponseHeaderBytes, err: errResponseHeaderLimit}
+	resp, err := http.ReadResponse(bufio.NewReaderSize(head, 4<<10), req)
 	if err != nil {
+		if head.failed != nil {
+			// The read error that cut the response short is the reason, not the partial line
+			// it left behind ("malformed MIME header").
+			err = head.failed
+		}
+		if reason, ok := limitReason(err); ok {
+			return failure(reason), nil
+		}
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return failure("connection closed before a response"), nil
 		}
 		return failure("reading response: " + netReason(ctx, err, timeout)), nil
 	}
 	// Read a bounded part of the body so a small response is consumed; a large or slow body
-	// does not change the verdict, which is the status code.
+	// does not change the verdict, which is the status code. What the bufio.Reader holds was
+	// counted as headers, so at most maxBodyBytes more are read from the connection.
+	head.n, head.err = maxBodyBytes, io.EOF
 	_, _ = io.CopyN(io.Discard, resp.Body, maxBodyBytes)
 	reason := "HTTP " + strconv.Itoa(resp.StatusCode)
 	if statusPasses(resp.StatusCode, h.SuccessStatusCodes) {
@@ -151,6 +169,12 @@ func (p *Prober) probeHTTP(ctx context.Context, h *v1alpha1.HTTPProbe, addr neti
 	}
 	return failure(reason), nil
 }
+
+// The bounds of an HTTP probe, as failure reasons.
+var (
+	errResponseHeaderLimit = &readLimitError{"response status line and headers exceed " + byteSize(maxResponseHeaderBytes) + " (the prober's limit)"}
+	errTLSHandshakeLimit   = &readLimitError{"TLS: handshake exceeds " + byteSize(maxTLSHandshakeBytes) + " (the prober's limit)"}
+)
 
 // hostOnly strips a :port, and the brackets of an IPv6 literal, from a Host value:
 // "example.org:8443" -> "example.org", "[2001:db8::1]:8443" and "[2001:db8::1]" ->
@@ -284,11 +308,17 @@ func certificateReason(err error) (string, bool) {
 
 // tlsReason turns a handshake error into "TLS: ...".
 func tlsReason(ctx context.Context, err error, timeout time.Duration) string {
+	if reason, ok := limitReason(err); ok {
+		return reason
+	}
 	if reason, ok := certificateReason(err); ok {
 		return reason
 	}
 	var recordHeader tls.RecordHeaderError
 	switch {
+	case errors.As(err, &recordHeader) && strings.HasPrefix(recordHeader.Msg, "oversized record"):
+		// crypto/tls's own bound on a record: 16 KiB of payload plus 2 KiB (256 bytes in TLS 1.3).
+		return "TLS: " + recordHeader.Msg + " (over crypto/tls's record limit)"
 	case errors.As(err, &recordHeader):
 		return "TLS: server did not answer with TLS"
 	case isTimeout(err), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

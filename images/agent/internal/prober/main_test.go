@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package prober_test
 
 import (
@@ -26,6 +29,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if name := os.Getenv(hostileServerEnv); name != "" {
+		os.Exit(serveHostileProcess(name))
+	}
 	code := m.Run()
 	stopSharedPostgres()
 	if code == 0 {
@@ -79,8 +85,15 @@ var netnsSeq atomic.Int32
 // there. Needs root; the namespace is deleted when the test ends.
 func inNetns(t *testing.T, nftScript string, fn func()) {
 	t.Helper()
+	inNetnsWith(t, nftScript, nil, fn)
+}
+
+// inNetnsWith is inNetns that also sets sysctls of the namespace (key to value, e.g.
+// "net.ipv4.tcp_rmem": "4096 16384 16384"); an empty nftScript adds no rules.
+func inNetnsWith(t *testing.T, nftScript string, sysctls map[string]string, fn func()) {
+	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates a network namespace with a firewall rule (run as root, as CI does)")
+		t.Skip("needs root: creates a network namespace (run as root, as CI does)")
 	}
 	for _, tool := range []string{"ip", "nft"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -102,7 +115,9 @@ func inNetns(t *testing.T, nftScript string, fn func()) {
 		}
 	})
 	run("", "ip", "-n", name, "link", "set", "lo", "up")
-	run(nftScript, "ip", "netns", "exec", name, "nft", "-f", "-")
+	if nftScript != "" {
+		run(nftScript, "ip", "netns", "exec", name, "nft", "-f", "-")
+	}
 
 	// fn must report with assert, not require: it runs on another goroutine. done is closed even
 	// if something calls runtime.Goexit there.
@@ -122,6 +137,14 @@ func inNetns(t *testing.T, nftScript string, fn func()) {
 		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
 			setupErr = fmt.Errorf("entering netns %s: %w", name, err)
 			return
+		}
+		// /proc/sys/net shows the network namespace of the thread that opens it: this one.
+		for key, value := range sysctls {
+			path := "/proc/sys/" + strings.ReplaceAll(key, ".", "/")
+			if err := os.WriteFile(path, []byte(value), 0o644); err != nil {
+				setupErr = fmt.Errorf("setting %s in netns %s: %w", key, name, err)
+				return
+			}
 		}
 		fn()
 	}()

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package prober
 
 import (
@@ -14,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/credentials"
@@ -25,9 +29,10 @@ const defaultPostgreSQLUser = "postgres"
 // applicationName is shown in pg_stat_activity for the probe's sessions.
 const applicationName = "service-with-healthchecks-probe"
 
-// requireSCRAM is the authentication policy when TLS does not verify the server: only SCRAM
-// (which never reveals the password) or no password exchange at all (trust, certificates).
-// A server asking for a clear-text or MD5 password is refused before anything is sent.
+// requireSCRAM is the authentication policy unless TLS proves which server answers (tlsMode
+// VerifyAll): only SCRAM (which never reveals the password) or no password exchange at all
+// (trust, certificates). A server asking for a clear-text or MD5 password is refused before
+// anything is sent.
 const requireSCRAM = "scram-sha-256,none"
 
 // pgTemplate is parsed once: pgconn.ConnectConfig only takes configs made by ParseConfig, and
@@ -60,6 +65,9 @@ func (p *Prober) probePostgreSQL(ctx context.Context, pg *v1alpha1.PostgreSQLPro
 			return failure(fmt.Sprintf("credentials Secret %s/%s: no credential store", namespace, pg.AuthSecretName)), nil
 		}
 		c, err := p.creds.Lookup(namespace, pg.AuthSecretName)
+		if errors.Is(err, credentials.ErrLoading) {
+			return Result{Outcome: Deferred, Reason: err.Error()}, nil
+		}
 		if err != nil {
 			return failure(err.Error()), nil
 		}
@@ -84,13 +92,22 @@ func (p *Prober) probePostgreSQL(ctx context.Context, pg *v1alpha1.PostgreSQLPro
 	cfg.RequireAuth = requireSCRAM
 	cfg.TLSConfig = nil
 	cfg.SSLNegotiation = ""
-	// Only ever dial the pod: ignore whatever address pgconn asks for.
-	cfg.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx, addr) }
+	// pgproto3 allocates the length a message declares before reading it (1 GiB by default).
+	cfg.MaxProtocolMessageBodyLen = maxPostgreSQLMessageBytes
+	// Only ever dial the pod: ignore whatever address pgconn asks for. Everything pgconn reads
+	// (TLS included) goes through the per-probe bound.
+	cfg.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) {
+		c, err := dial(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		return newLimitedConn(c), nil
+	}
 	cfg.LookupFunc = func(context.Context, string) ([]string, error) { return []string{addr.Addr().String()}, nil }
 	if creds != nil {
 		cfg.User = creds.User
 		cfg.Password = creds.Password()
-		if creds.Verified() {
+		if creds.VerifiesServer() {
 			// The server proved who it is: any password method may be used.
 			cfg.RequireAuth = ""
 		}
@@ -99,7 +116,7 @@ func (p *Prober) probePostgreSQL(ctx context.Context, pg *v1alpha1.PostgreSQLPro
 
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return failure(pgConnectReason(ctx, err, timeout, creds == nil)), nil
+		return failure(pgConnectReason(ctx, err, timeout, creds)), nil
 	}
 	defer func() {
 		// Terminate politely when there is time left; Close always closes the socket.
@@ -210,26 +227,26 @@ func pgTLSConfig(c *credentials.Credentials, addr netip.AddrPort) *tls.Config {
 	return cfg
 }
 
-// pgConnectReason classifies a failed connection.
-func pgConnectReason(ctx context.Context, err error, timeout time.Duration, noSecret bool) string {
+// pgConnectReason classifies a failed connection; creds is nil when the probe names no Secret.
+func pgConnectReason(ctx context.Context, err error, timeout time.Duration, creds *credentials.Credentials) string {
+	if reason, ok := pgLimitReason(err); ok {
+		return reason
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case "28P01":
-			if noSecret {
-				return "authentication failed: the server wants a password, set postgreSQL.authSecretName"
+			if creds == nil {
+				return "authentication failed: the server wants a password, set postgreSQL.authSecretName" + sqlState(pgErr)
 			}
-			return "authentication failed (wrong user or password)"
+			return "authentication failed (wrong user or password)" + sqlState(pgErr)
 		case "28000":
-			return "authentication rejected: " + pgErr.Message
-		case "3D000":
-			return pgErr.Message // database "x" does not exist
-		case "57P03":
-			return "server not accepting connections: " + pgErr.Message
-		case "53300":
-			return "too many connections"
+			return "authentication rejected: " + pgMessage(pgErr)
+		case "3D000", "57P03", "53300":
+			// database "x" does not exist; the database system is starting up; too many clients.
+			return pgMessage(pgErr)
 		}
-		return "connection error: " + pgErr.Message + " (SQLSTATE " + pgErr.Code + ")"
+		return "connection error: " + pgMessage(pgErr)
 	}
 	msg := err.Error()
 	switch {
@@ -238,7 +255,11 @@ func pgConnectReason(ctx context.Context, err error, timeout time.Duration, noSe
 		if i := strings.Index(msg, "server requested "); i >= 0 {
 			method = strings.TrimSuffix(msg[i+len("server requested "):], " authentication")
 		}
-		return "refused to authenticate: server asked for " + method + " authentication, which needs verified TLS (SCRAM is required otherwise)"
+		if creds != nil && creds.TLSMode == credentials.TLSVerifyCA {
+			return "refused to authenticate: server asked for " + method + " authentication; tlsMode VerifyCA does not prove which server answers, " +
+				"so only SCRAM is allowed (use VerifyAll with the pod IP in the certificate, or SCRAM on the server)"
+		}
+		return "refused to authenticate: server asked for " + method + " authentication, which needs tlsMode VerifyAll (SCRAM is required otherwise)"
 	case strings.Contains(msg, "server refused TLS connection"):
 		return "TLS: server does not accept TLS"
 	}
@@ -254,12 +275,43 @@ func pgConnectReason(ctx context.Context, err error, timeout time.Duration, noSe
 
 // pgQueryReason classifies a failed statement.
 func pgQueryReason(ctx context.Context, err error, timeout time.Duration) string {
+	if reason, ok := pgLimitReason(err); ok {
+		return reason
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		if pgErr.Code == "57014" {
-			return "query cancelled by the server's statement timeout"
+			return "query cancelled by the server's statement timeout" + sqlState(pgErr)
 		}
-		return "query error: " + pgErr.Message + " (SQLSTATE " + pgErr.Code + ")"
+		return "query error: " + pgMessage(pgErr)
 	}
 	return "query: " + netReason(ctx, err, timeout)
+}
+
+// pgLimitReason names the read bound that ended a PostgreSQL probe, if one did.
+func pgLimitReason(err error) (string, bool) {
+	var tooLong *pgproto3.ExceededMaxBodyLenErr
+	if errors.As(err, &tooLong) {
+		return "server sent a message of " + strconv.Itoa(tooLong.ActualBodyLen) + " bytes, over " +
+			byteSize(maxPostgreSQLMessageBytes) + " (the prober's limit per PostgreSQL message)", true
+	}
+	return limitReason(err)
+}
+
+// pgMessage is how a server error appears in a reason: its message, cut to maxServerTextBytes,
+// and its SQLSTATE. Both come from the server, so both are cleaned and bounded.
+func pgMessage(e *pgconn.PgError) string {
+	return serverText(e.Message, maxServerTextBytes) + sqlState(e)
+}
+
+// sqlState is " (SQLSTATE xxxxx)". A code is five digits or upper-case letters; other
+// characters are dropped and the rest is cut to five.
+func sqlState(e *pgconn.PgError) string {
+	code := make([]byte, 0, 5)
+	for i := 0; i < len(e.Code) && len(code) < 5; i++ {
+		if c := e.Code[i]; c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' {
+			code = append(code, c)
+		}
+	}
+	return " (SQLSTATE " + string(code) + ")"
 }

@@ -1,8 +1,13 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package prober_test
 
 import (
 	"context"
+	"crypto/md5" //nolint:gosec // PostgreSQL's MD5 password format, for a test role.
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -31,10 +36,11 @@ import (
 const (
 	appPassword   = "app-Pa55word-never-logged"
 	clearPassword = "clear-Pa55word-never-logged"
+	md5Password   = "md5-Pa55word-never-logged"
 	wrongPassword = "wrong-Pa55word-never-logged"
 )
 
-var allPasswords = []string{appPassword, clearPassword, wrongPassword}
+var allPasswords = []string{appPassword, clearPassword, md5Password, wrongPassword}
 
 // shared is one primary (TLS with the IP 127.0.0.1 in its certificate) and its replica (TLS with
 // a certificate that names only a DNS name), started once for the package.
@@ -74,6 +80,7 @@ func pgServers(t testing.TB) *sharedPG {
 var pgHBA = []string{
 	"hostssl all certuser all cert",
 	"host all clearuser all password",
+	"host all md5user all md5",
 	postgres.HBASCRAM,
 }
 
@@ -107,6 +114,9 @@ func startSharedPG() (*sharedPG, error) {
 	for _, stmt := range []string{
 		"CREATE ROLE app LOGIN PASSWORD '" + appPassword + "'",
 		"CREATE ROLE clearuser LOGIN PASSWORD '" + clearPassword + "'",
+		// A password given as an MD5 hash is stored as one, whatever password_encryption
+		// says, so the server asks this role for MD5.
+		"CREATE ROLE md5user LOGIN PASSWORD '" + md5Hash(md5Password, "md5user") + "'",
 		"CREATE ROLE certuser LOGIN",
 		"CREATE DATABASE appdb OWNER app",
 		"CREATE TABLE probe_writes (v int)",
@@ -119,6 +129,12 @@ func startSharedPG() (*sharedPG, error) {
 	s.replica, err = s.primary.StartReplica(ctx, postgres.Options{TLS: &postgres.TLS{
 		CertPEM: replicaCert.CertPEM, KeyPEM: replicaCert.KeyPEM, ClientCAPEM: s.ca.CertPEM}})
 	return s, err
+}
+
+// md5Hash is PostgreSQL's stored form of an MD5 password.
+func md5Hash(password, user string) string {
+	sum := md5.Sum([]byte(password + user))
+	return "md5" + hex.EncodeToString(sum[:])
 }
 
 // staticCredentials serves Secrets parsed by the real parser, without an API server (the store
@@ -181,6 +197,10 @@ func TestPostgreSQLResults(t *testing.T) {
 		"clear":      pgSecret(map[string]string{"user": "clearuser", "password": clearPassword}),
 		"clear-skip": pgSecret(map[string]string{"user": "clearuser", "password": clearPassword, "tlsMode": "SkipVerification"}),
 		"clear-ca":   pgSecret(map[string]string{"user": "clearuser", "password": clearPassword, "tlsMode": "VerifyCA", "caCert": string(pg.ca.CertPEM)}),
+		"clear-all":  pgSecret(map[string]string{"user": "clearuser", "password": clearPassword, "tlsMode": "VerifyAll", "caCert": string(pg.ca.CertPEM)}),
+		"md5":        pgSecret(map[string]string{"user": "md5user", "password": md5Password}),
+		"md5-ca":     pgSecret(map[string]string{"user": "md5user", "password": md5Password, "tlsMode": "VerifyCA", "caCert": string(pg.ca.CertPEM)}),
+		"md5-all":    pgSecret(map[string]string{"user": "md5user", "password": md5Password, "tlsMode": "VerifyAll", "caCert": string(pg.ca.CertPEM)}),
 		"wrong-type": func() *corev1.Secret {
 			s := pgSecret(map[string]string{"user": "app"})
 			s.Type = corev1.SecretTypeOpaque
@@ -190,7 +210,15 @@ func TestPostgreSQLResults(t *testing.T) {
 	}
 	pass := prober.Result{Outcome: prober.Success, Reason: "query returned a true value"}
 	fail := func(reason string) prober.Result { return prober.Result{Outcome: prober.Failure, Reason: reason} }
-	refusedClear := fail("refused to authenticate: server asked for password authentication, which needs verified TLS (SCRAM is required otherwise)")
+	refused := func(method string) prober.Result {
+		return fail("refused to authenticate: server asked for " + method + " authentication, which needs tlsMode VerifyAll (SCRAM is required otherwise)")
+	}
+	refusedUnderVerifyCA := func(method string) prober.Result {
+		return fail("refused to authenticate: server asked for " + method + " authentication; tlsMode VerifyCA does not prove which server answers, " +
+			"so only SCRAM is allowed (use VerifyAll with the pod IP in the certificate, or SCRAM on the server)")
+	}
+	longValue := strings.Repeat("x", 1000)
+	longError := `invalid input syntax for type integer: "` + longValue + `"`
 
 	cases := map[string]struct {
 		query, db, secret string
@@ -208,13 +236,14 @@ func TestPostgreSQLResults(t *testing.T) {
 		"NULL fails":                                    {query: "SELECT NULL", secret: "app", want: fail("query returned NULL")},
 		"no rows fail":                                  {query: "SELECT 1 WHERE false", secret: "app", want: fail("query returned no rows")},
 		"a query error fails with the server's message":                     {query: "SELECT * FROM missing_table", secret: "app", want: fail(`query error: relation "missing_table" does not exist (SQLSTATE 42P01)`)},
-		"a wrong password fails as authentication":                          {secret: "app-wrong", want: fail("authentication failed (wrong user or password)")},
-		"a missing database fails as such":                                  {db: "nodb", secret: "app", want: fail(`database "nodb" does not exist`)},
+		"a long server message is cut, and its SQLSTATE kept":               {query: "SELECT '" + longValue + "'::int", secret: "app", want: fail("query error: " + longError[:197] + "… (SQLSTATE 22P02)")},
+		"a wrong password fails as authentication":                          {secret: "app-wrong", want: fail("authentication failed (wrong user or password) (SQLSTATE 28P01)")},
+		"a missing database fails as such":                                  {db: "nodb", secret: "app", want: fail(`database "nodb" does not exist (SQLSTATE 3D000)`)},
 		"another database can be named":                                     {db: "appdb", query: "SELECT current_database() = 'appdb'", secret: "app", want: pass},
-		"without a Secret a server that wants a password fails":             {want: fail("authentication failed: the server wants a password, set postgreSQL.authSecretName")},
+		"without a Secret a server that wants a password fails":             {want: fail("authentication failed: the server wants a password, set postgreSQL.authSecretName (SQLSTATE 28P01)")},
 		"a missing Secret fails naming it":                                  {secret: "absent", want: fail("credentials Secret ns/absent: not found")},
 		"a Secret of another type fails as wrong type":                      {secret: "wrong-type", want: fail(`credentials Secret ns/wrong-type: wrong type "Opaque", want network.deckhouse.io/postgresql-credentials`)},
-		"a Secret without password fails SCRAM":                             {secret: "no-password", want: fail("authentication failed (wrong user or password)")},
+		"a Secret without password fails SCRAM":                             {secret: "no-password", want: fail("authentication failed (wrong user or password) (SQLSTATE 28P01)")},
 		"TLS SkipVerification passes":                                       {query: "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", secret: "app-skip", want: pass},
 		"TLS VerifyCA passes":                                               {query: "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", secret: "app-ca", want: pass},
 		"TLS VerifyAll passes when the certificate names the pod IP":        {query: "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", secret: "app-all", want: pass},
@@ -224,10 +253,14 @@ func TestPostgreSQLResults(t *testing.T) {
 		"TLS Disabled does not use TLS":                                     {query: "SELECT NOT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", secret: "app", want: pass},
 		"a client certificate logs in with cert authentication":             {query: "SELECT current_user = 'certuser'", secret: "cert", want: pass},
 		"cert authentication without a client certificate fails": {secret: "cert-nokey",
-			want: fail(`authentication rejected: connection requires a valid client certificate`)},
-		"clear-text password auth without TLS is refused":            {secret: "clear", want: refusedClear},
-		"clear-text password auth over unverified TLS is refused":    {secret: "clear-skip", want: refusedClear},
-		"clear-text password auth over verified TLS is allowed":      {secret: "clear-ca", want: pass},
+			want: fail(`authentication rejected: connection requires a valid client certificate (SQLSTATE 28000)`)},
+		"clear-text password auth without TLS is refused":            {secret: "clear", want: refused("password")},
+		"clear-text password auth over unverified TLS is refused":    {secret: "clear-skip", want: refused("password")},
+		"clear-text password auth under VerifyCA is refused":         {secret: "clear-ca", want: refusedUnderVerifyCA("password")},
+		"clear-text password auth under VerifyAll is allowed":        {secret: "clear-all", want: pass},
+		"MD5 auth without TLS is refused":                            {secret: "md5", want: refused("md5")},
+		"MD5 auth under VerifyCA is refused":                         {secret: "md5-ca", want: refusedUnderVerifyCA("md5")},
+		"MD5 auth under VerifyAll is allowed":                        {query: "SELECT current_user = 'md5user'", secret: "md5-all", want: pass},
 		"a query that writes fails and writes nothing":               {query: "INSERT INTO probe_writes VALUES (1) RETURNING true", secret: "app", want: fail("query error: cannot execute INSERT in a read-only transaction (SQLSTATE 25006)")},
 		"two statements cannot escape the read-only transaction":     {query: "COMMIT; INSERT INTO probe_writes VALUES (2)", secret: "app", want: fail("query error: cannot insert multiple commands into a prepared statement (SQLSTATE 42601)")},
 		"a function cannot switch the transaction to read-write":     {query: "SELECT set_config('transaction_read_only', 'off', true)", secret: "app", want: fail("query error: transaction read-write mode must be set before any query (SQLSTATE 25001)")},
@@ -285,7 +318,7 @@ func TestPostgreSQLSlowQueryIsCancelledOnTheServer(t *testing.T) {
 	require.Eventually(t, func() bool { return running() == 1 }, 10*time.Second, 20*time.Millisecond,
 		"the probe's query runs on the server")
 	res := <-results
-	require.Equal(t, prober.Result{Outcome: prober.Failure, Reason: "query cancelled by the server's statement timeout"}, res)
+	require.Equal(t, prober.Result{Outcome: prober.Failure, Reason: "query cancelled by the server's statement timeout (SQLSTATE 57014)"}, res)
 	require.Less(t, time.Since(start), deadlineBound(timeout))
 	// pg_sleep does not notice a closed client: only the server's statement timeout stops it.
 	require.Eventually(t, func() bool { return running() == 0 }, deadlineBound(timeout), 20*time.Millisecond,
@@ -454,4 +487,22 @@ func TestPostgreSQLServerThatNeverAnswersIsCutAtTheDeadline(t *testing.T) {
 	require.Less(t, elapsed, deadlineBound(1))
 	c := <-accepted // The connection was made: the deadline ended the probe.
 	_ = c.Close()
+}
+
+// loadingCredentials is a store whose Secrets are all still loading.
+type loadingCredentials struct{}
+
+func (loadingCredentials) Lookup(namespace, name string) (*credentials.Credentials, error) {
+	return nil, fmt.Errorf("credentials Secret %s/%s: not loaded yet: %w", namespace, name, credentials.ErrLoading)
+}
+
+// A probe whose credential Secret is still loading is deferred, not failed: the run counts for
+// nothing (an agent that has just started does not withdraw anything before it could know).
+func TestPostgreSQLWithASecretStillLoadingIsDeferred(t *testing.T) {
+	p := prober.New(prober.Options{Credentials: loadingCredentials{}})
+	res, err := p.Probe(t.Context(), v1alpha1.Probe{Mode: v1alpha1.ProbeModePostgreSQL, TimeoutSeconds: 1,
+		PostgreSQL: &v1alpha1.PostgreSQLProbe{TargetPort: intstr.FromInt32(5432), AuthSecretName: "db"}}, "ns", "127.0.0.1", 5432)
+	require.NoError(t, err)
+	assert.Equal(t, prober.Deferred, res.Outcome)
+	assert.Contains(t, res.Reason, "not loaded yet")
 }

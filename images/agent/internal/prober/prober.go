@@ -1,7 +1,11 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package prober runs one probe (TCP, HTTP(S) or PostgreSQL) against one pod address and says
 // whether it passed. It follows the kubelet's prober: a probe returns Success or Failure with a
 // short human reason; a Go error means the probe could not be run at all (invalid input), never
 // that the target is down. Every probe has a hard deadline of timeoutSeconds, applied inside,
+// reads at most a constant number of bytes from the pod whatever the deadline (limits.go),
 // dials only podIP:port, reuses no connection and leaves no goroutine behind.
 package prober
 
@@ -30,11 +34,17 @@ const (
 	Failure Outcome = iota
 	// Success means the target passed.
 	Success
+	// Deferred means the probe was not run: an input it needs is still loading (a credential
+	// Secret whose watch has not synced yet). The run counts for nothing, neither pass nor fail.
+	Deferred
 )
 
 func (o Outcome) String() string {
-	if o == Success {
+	switch o {
+	case Success:
 		return "Success"
+	case Deferred:
+		return "Deferred"
 	}
 	return "Failure"
 }
@@ -79,7 +89,8 @@ func New(opts Options) *Prober {
 }
 
 // Probe runs probe against podIP:port (port is already resolved from the pod) of a pod in
-// namespace, within probe.TimeoutSeconds (or the earlier deadline of ctx).
+// namespace, within probe.TimeoutSeconds (or the earlier deadline of ctx). A pod that answers
+// more than a bound allows fails with a reason that names the bound.
 func (p *Prober) Probe(ctx context.Context, probe v1alpha1.Probe, namespace, podIP string, port int32) (Result, error) {
 	ip, err := netip.ParseAddr(podIP)
 	if err != nil {
@@ -119,6 +130,8 @@ func (p *Prober) Probe(ctx context.Context, probe v1alpha1.Probe, namespace, pod
 	if err != nil {
 		return Result{}, err
 	}
+	// Reasons become Events and status text; parts of some come from the pod.
+	res.Reason = serverText(res.Reason, maxReasonBytes)
 	if p.log.V(4).Enabled() {
 		p.log.V(4).Info("probed", "mode", probe.Mode, "address", addr.String(), "outcome", res.Outcome.String(), "reason", res.Reason)
 	}

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package publisher is the only code of the agent that writes EndpointSlices: it carries out a
 // sliceplan.Plan. It writes nothing the plan does not ask for, retries a conflicting update on
 // the latest version of the slice, and never writes a slice it does not own. It records no
@@ -52,7 +55,7 @@ func (p *Publisher) Apply(ctx context.Context, plan sliceplan.Plan) (Result, err
 		created := s.DeepCopy()
 		err := p.Client.Create(ctx, created)
 		if apierrors.IsAlreadyExists(err) {
-			c, ownErr := p.heldBy(ctx, s, plan.Keys[s.Name])
+			cur, c, ownErr := p.heldBy(ctx, s, plan.Keys[s.Name])
 			if ownErr != nil {
 				errs = append(errs, ownErr)
 				continue
@@ -61,8 +64,21 @@ func (p *Publisher) Apply(ctx context.Context, plan sliceplan.Plan) (Result, err
 				res.Conflicts = append(res.Conflicts, *c)
 				continue
 			}
-			// Ours, but the cache has not seen it yet: the next reconcile updates it.
-			errs = append(errs, fmt.Errorf("creating EndpointSlice %s: exists and is ours, not in the cache yet", s.Name))
+			// Ours, but not in the cache: a slice an earlier agent wrote before it labelled
+			// slices with their node key (the cache holds only labelled ones), or one the cache
+			// has not seen yet. Take it over with one update of the latest version.
+			merged, changed := sliceplan.Merge(cur, s)
+			if !changed {
+				continue
+			}
+			written, uerr := p.update(ctx, merged, plan.Keys[s.Name])
+			if uerr != nil {
+				errs = append(errs, uerr)
+				continue
+			}
+			if written != nil {
+				res.Written[s.Name] = written
+			}
 			continue
 		}
 		p.count(metrics.OpCreate, err)
@@ -134,17 +150,17 @@ func (p *Publisher) update(ctx context.Context, s *discoveryv1.EndpointSlice, ke
 }
 
 // heldBy reads the slice that holds the name of s and says whether it is a conflict (nil when
-// it is this resource's own slice).
-func (p *Publisher) heldBy(ctx context.Context, s *discoveryv1.EndpointSlice, key slicemeta.SliceKey) (*sliceplan.Conflict, error) {
+// it is this resource's own slice, which it returns).
+func (p *Publisher) heldBy(ctx context.Context, s *discoveryv1.EndpointSlice, key slicemeta.SliceKey) (*discoveryv1.EndpointSlice, *sliceplan.Conflict, error) {
 	cur := &discoveryv1.EndpointSlice{}
 	if err := p.Reader.Get(ctx, client.ObjectKeyFromObject(s), cur); err != nil {
-		return nil, fmt.Errorf("reading EndpointSlice %s that holds the name: %w", s.Name, err)
+		return nil, nil, fmt.Errorf("reading EndpointSlice %s that holds the name: %w", s.Name, err)
 	}
 	if slicemeta.IsManaged(cur) && key.Matches(cur) {
-		return nil, nil
+		return cur, nil, nil
 	}
 	c := sliceplan.ConflictOf(s.Name, cur)
-	return &c, nil
+	return nil, &c, nil
 }
 
 func (p *Publisher) count(op string, err error) {

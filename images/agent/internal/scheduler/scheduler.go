@@ -1,10 +1,15 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package scheduler runs probes on a schedule with a bounded pool of workers, applies the
 // success and failure thresholds, and reports a target's result only when it changes (the
 // kubelet prober's manager, workers and results cache in one small piece).
 //
 // A target is (resource, pod, probe). Targets are declared per resource with Set; the
 // scheduler starts, keeps and forgets them to match. Goroutines do not grow with targets: one
-// dispatcher and a fixed number of workers.
+// dispatcher and a fixed number of workers. The workers are shared fairly (fair.go): one
+// namespace may have at most its share of them in flight, so probes that hang until their
+// timeout in one namespace cannot delay another namespace's probes.
 package scheduler
 
 import (
@@ -91,6 +96,10 @@ type Outcome struct {
 	Reason string
 	// Err is set when the probe could not be run at all; the run counts as a failure.
 	Err error
+	// Deferred is set when the probe was not run because an input is still loading (a
+	// credential Secret being read): the run counts for nothing, the target keeps its state and
+	// runs again at its next due time.
+	Deferred bool
 }
 
 // Runner runs one probe once (the prober, behind a small interface).
@@ -113,14 +122,21 @@ type Change struct {
 
 // Options configure a Scheduler.
 type Options struct {
-	// Workers bounds how many probes run at once (default 16).
+	// Workers bounds how many probes run at once (default 16). One namespace may have at most
+	// Workers divided by the namespaces with targets in flight, never less than one.
 	Workers int
 	Runner  Runner
 	// OnChange is called, from a worker, when a target's result changes. It must not block.
 	OnChange func(Change)
-	Metrics  *metrics.Metrics
-	Clock    clock.WithTicker
-	Logger   logr.Logger
+	// OnLate is called, from a worker, when a run of the resource starts more than one period
+	// after it was due, at most once per LateReportInterval and resource; lateness is how late
+	// that run started. It must not block. Lateness is only reported: it changes no result.
+	OnLate func(resource types.NamespacedName, lateness time.Duration)
+	// LateReportInterval is how often OnLate may be called for one resource (default a minute).
+	LateReportInterval time.Duration
+	Metrics            *metrics.Metrics
+	Clock              clock.WithTicker
+	Logger             logr.Logger
 	// Jitter is the fraction of the period by which each run is moved at random (default 0.1);
 	// a new target's first run is spread over [0, min(period, MaxStartSpread)).
 	Jitter float64
@@ -128,21 +144,65 @@ type Options struct {
 	MaxStartSpread time.Duration
 }
 
+// DefaultLateReportInterval is the default of Options.LateReportInterval.
+const DefaultLateReportInterval = time.Minute
+
 // Scheduler runs targets. Start it once; Set may be called before or after.
 type Scheduler struct {
 	opts Options
 
 	mu      sync.Mutex
 	targets map[Key]*entry
-	byRes   map[types.NamespacedName]map[Key]*entry
-	queue   entryHeap
-	wake    chan struct{}
+	// resources and namespaces that have targets or runs in flight.
+	resources  map[types.NamespacedName]*resState
+	namespaces map[string]*nsState
+	// withTargets is how many namespaces have targets (namespaceCap divides the pool by it).
+	withTargets int
+	// timers holds the targets whose next run is not due yet, by due time; a due one moves to
+	// its resource's queue until a worker is free for it.
+	timers entryHeap
+	// waiting are the resources with due runs queued.
+	waiting map[types.NamespacedName]*resState
+	// running is how many runs are in flight (at most Workers).
+	running int
+	// lateReported is when OnLate was last called, by resource.
+	lateReported map[types.NamespacedName]time.Time
+	wake         chan struct{}
+
+	// Scratch space of nextLocked.
+	cands   []candidate
+	candRes []*resState
 }
+
+// nsState is a namespace with targets or runs in flight.
+type nsState struct {
+	targets int
+	running int
+}
+
+// resState is a resource with targets or runs in flight.
+type resState struct {
+	name    types.NamespacedName
+	ns      *nsState
+	entries map[Key]*entry
+	running int
+	// queue holds the resource's due runs waiting for a worker, by due time.
+	queue entryHeap
+}
+
+// Where an entry is queued.
+const (
+	notQueued = iota // running, or removed
+	inTimers
+	inQueue
+)
 
 type entry struct {
 	t      Target
+	res    *resState
 	due    time.Time
-	index  int // in the heap; -1 when not queued (running or removed)
+	where  int // notQueued, inTimers or inQueue
+	index  int // in the heap it is queued in; -1 when not queued
 	cancel context.CancelFunc
 	gone   bool
 
@@ -174,11 +234,20 @@ func New(opts Options) *Scheduler {
 	if opts.OnChange == nil {
 		opts.OnChange = func(Change) {}
 	}
+	if opts.OnLate == nil {
+		opts.OnLate = func(types.NamespacedName, time.Duration) {}
+	}
+	if opts.LateReportInterval <= 0 {
+		opts.LateReportInterval = DefaultLateReportInterval
+	}
 	return &Scheduler{
-		opts:    opts,
-		targets: map[Key]*entry{},
-		byRes:   map[types.NamespacedName]map[Key]*entry{},
-		wake:    make(chan struct{}, 1),
+		opts:         opts,
+		targets:      map[Key]*entry{},
+		resources:    map[types.NamespacedName]*resState{},
+		namespaces:   map[string]*nsState{},
+		waiting:      map[types.NamespacedName]*resState{},
+		lateReported: map[types.NamespacedName]time.Time{},
+		wake:         make(chan struct{}, 1),
 	}
 }
 
@@ -192,51 +261,102 @@ func (s *Scheduler) Set(resource types.NamespacedName, ts []Target) {
 	for _, t := range ts {
 		want[t.Key] = t
 	}
-	cur := s.byRes[resource]
-	for k, e := range cur {
-		if _, ok := want[k]; !ok {
-			s.removeLocked(k, e)
+	if r := s.resources[resource]; r != nil {
+		for k, e := range r.entries {
+			if _, ok := want[k]; !ok {
+				s.removeLocked(k, e)
+			}
 		}
 	}
 	for k, t := range want {
 		if _, ok := s.targets[k]; ok {
 			continue
 		}
-		e := &entry{t: t, index: -1}
+		r := s.resourceLocked(resource)
+		e := &entry{t: t, res: r, index: -1}
 		e.due = t.NotBefore
 		if e.due.Before(now) {
 			e.due = now
 		}
 		e.due = e.due.Add(s.spread(t.Period))
 		s.targets[k] = e
-		if s.byRes[resource] == nil {
-			s.byRes[resource] = map[Key]*entry{}
+		r.entries[k] = e
+		if r.ns.targets++; r.ns.targets == 1 {
+			s.withTargets++
 		}
-		s.byRes[resource][k] = e
-		heap.Push(&s.queue, e)
-	}
-	if len(s.byRes[resource]) == 0 {
-		delete(s.byRes, resource)
+		s.queueLocked(e, inTimers)
 	}
 	s.opts.Metrics.Targets.Set(float64(len(s.targets)))
 	s.poke()
 }
 
+// resourceLocked returns the state of a resource, making it (and its namespace's) if needed.
+func (s *Scheduler) resourceLocked(name types.NamespacedName) *resState {
+	r := s.resources[name]
+	if r != nil {
+		return r
+	}
+	ns := s.namespaces[name.Namespace]
+	if ns == nil {
+		ns = &nsState{}
+		s.namespaces[name.Namespace] = ns
+	}
+	r = &resState{name: name, ns: ns, entries: map[Key]*entry{}}
+	s.resources[name] = r
+	return r
+}
+
+// dropLocked forgets a resource (and its namespace) that has neither targets nor runs in flight.
+func (s *Scheduler) dropLocked(r *resState) {
+	if len(r.entries) > 0 || r.running > 0 || len(r.queue) > 0 {
+		return
+	}
+	delete(s.resources, r.name)
+	delete(s.waiting, r.name)
+	if r.ns.targets == 0 && r.ns.running == 0 && s.namespaces[r.name.Namespace] == r.ns {
+		delete(s.namespaces, r.name.Namespace)
+	}
+}
+
+func (s *Scheduler) queueLocked(e *entry, where int) {
+	e.where = where
+	if where == inTimers {
+		heap.Push(&s.timers, e)
+		return
+	}
+	heap.Push(&e.res.queue, e)
+	s.waiting[e.res.name] = e.res
+}
+
+func (s *Scheduler) unqueueLocked(e *entry) {
+	switch e.where {
+	case inTimers:
+		heap.Remove(&s.timers, e.index)
+	case inQueue:
+		heap.Remove(&e.res.queue, e.index)
+		if len(e.res.queue) == 0 {
+			delete(s.waiting, e.res.name)
+		}
+	}
+	e.where = notQueued
+}
+
 func (s *Scheduler) removeLocked(k Key, e *entry) {
 	e.gone = true
-	if e.index >= 0 {
-		heap.Remove(&s.queue, e.index)
-	}
+	s.unqueueLocked(e)
 	if e.cancel != nil {
 		e.cancel()
 	}
 	delete(s.targets, k)
-	if m := s.byRes[k.Resource]; m != nil {
-		delete(m, k)
-		if len(m) == 0 {
-			delete(s.byRes, k.Resource)
-		}
+	r := e.res
+	delete(r.entries, k)
+	if r.ns.targets--; r.ns.targets == 0 {
+		s.withTargets--
 	}
+	if len(r.entries) == 0 {
+		delete(s.lateReported, r.name)
+	}
+	s.dropLocked(r)
 }
 
 // Results returns the current thresholded results of every target of a resource, by key (a
@@ -244,8 +364,12 @@ func (s *Scheduler) removeLocked(k Key, e *entry) {
 func (s *Scheduler) Results(resource types.NamespacedName) map[Key]portrule.ProbeResult {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[Key]portrule.ProbeResult, len(s.byRes[resource]))
-	for k, e := range s.byRes[resource] {
+	r := s.resources[resource]
+	if r == nil {
+		return map[Key]portrule.ProbeResult{}
+	}
+	out := make(map[Key]portrule.ProbeResult, len(r.entries))
+	for k, e := range r.entries {
 		out[k] = e.result
 	}
 	return out
@@ -284,7 +408,9 @@ func (s *Scheduler) poke() {
 // Start runs the dispatcher and the workers until ctx ends, then waits for every run to stop
 // and forgets all targets. It fits manager.Runnable.
 func (s *Scheduler) Start(ctx context.Context) error {
-	work := make(chan *entry)
+	// The dispatcher hands a run over only while fewer than Workers are in flight, so the
+	// buffer always has room and the hand-over never blocks under the lock.
+	work := make(chan *entry, s.opts.Workers)
 	var wg sync.WaitGroup
 	for range s.opts.Workers {
 		wg.Go(func() {
@@ -305,31 +431,35 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	return nil
 }
 
-// dispatch hands due targets to the workers. When all workers are busy it waits for one; a
-// slow probe holds one worker for at most its timeout.
+// dispatch moves due targets to their resources' queues and starts runs while a worker is free
+// (nextLocked decides which). A slow probe holds one worker for at most its timeout.
 func (s *Scheduler) dispatch(ctx context.Context, work chan<- *entry) {
 	for {
 		s.mu.Lock()
-		var next *entry
-		var wait time.Duration
-		if len(s.queue) > 0 {
-			next = s.queue[0]
-			wait = next.due.Sub(s.opts.Clock.Now())
-			if wait <= 0 {
-				heap.Pop(&s.queue)
-				s.mu.Unlock()
-				select {
-				case work <- next:
-				case <-ctx.Done():
-					return
-				}
-				continue
+		now := s.opts.Clock.Now()
+		for len(s.timers) > 0 && !s.timers[0].due.After(now) {
+			e := heap.Pop(&s.timers).(*entry)
+			s.queueLocked(e, inQueue)
+		}
+		for s.running < s.opts.Workers {
+			e := s.nextLocked()
+			if e == nil {
+				break
 			}
+			s.running++
+			e.res.running++
+			e.res.ns.running++
+			work <- e
+		}
+		var next bool
+		var wait time.Duration
+		if len(s.timers) > 0 {
+			next, wait = true, s.timers[0].due.Sub(now)
 		}
 		s.mu.Unlock()
 		var timerC <-chan time.Time
 		var timer clock.Timer
-		if next != nil {
+		if next {
 			timer = s.opts.Clock.NewTimer(wait)
 			timerC = timer.C()
 		}
@@ -348,22 +478,94 @@ func (s *Scheduler) dispatch(ctx context.Context, work chan<- *entry) {
 	}
 }
 
+// nextLocked takes the due run that a free worker runs next (pick), or nil when none may start.
+func (s *Scheduler) nextLocked() *entry {
+	if len(s.waiting) == 0 {
+		return nil
+	}
+	s.cands, s.candRes = s.cands[:0], s.candRes[:0]
+	for _, r := range s.waiting {
+		s.cands = append(s.cands, candidate{
+			Namespace: r.name.Namespace, NamespaceRunning: r.ns.running, ResourceRunning: r.running, Due: r.queue[0].due,
+		})
+		s.candRes = append(s.candRes, r)
+	}
+	i := pick(s.cands, namespaceCap(s.opts.Workers, s.withTargets))
+	var r *resState
+	if i >= 0 {
+		r = s.candRes[i]
+	}
+	clear(s.candRes) // the scratch space keeps no resource alive
+	if r == nil {
+		return nil
+	}
+	e := heap.Pop(&r.queue).(*entry)
+	e.where = notQueued
+	if len(r.queue) == 0 {
+		delete(s.waiting, r.name)
+	}
+	return e
+}
+
+// finishLocked ends a run's hold on its worker and its namespace's and resource's share.
+func (s *Scheduler) finishLocked(e *entry) {
+	s.running--
+	e.res.running--
+	e.res.ns.running--
+	s.dropLocked(e.res)
+}
+
+// lateLocked tells whether a late run of the resource is to be reported now (at most once per
+// LateReportInterval).
+func (s *Scheduler) lateLocked(resource types.NamespacedName, now time.Time) bool {
+	if last, ok := s.lateReported[resource]; ok && now.Sub(last) < s.opts.LateReportInterval {
+		return false
+	}
+	s.lateReported[resource] = now
+	return true
+}
+
+type dueKey struct{}
+
+// Due is when the run that ctx belongs to was due (the context a Runner is given); a run that
+// started later than that waited for a worker.
+func Due(ctx context.Context) (time.Time, bool) {
+	t, ok := ctx.Value(dueKey{}).(time.Time)
+	return t, ok
+}
+
 func (s *Scheduler) runOne(parent context.Context, e *entry) {
 	s.mu.Lock()
-	if e.gone {
+	if e.gone || parent.Err() != nil {
+		s.finishLocked(e)
 		s.mu.Unlock()
+		s.poke()
 		return
 	}
 	t := e.t
-	s.opts.Metrics.SchedulingLag.Observe(max(s.opts.Clock.Since(e.due), 0).Seconds())
+	now := s.opts.Clock.Now()
+	lateness := max(now.Sub(e.due), 0)
+	s.opts.Metrics.SchedulingLag.Observe(lateness.Seconds())
+	// Late by more than a period: one run (at least) was missed. It is reported and counted;
+	// the run itself counts as any other, so the agent's own lateness never decides a result.
+	report := false
+	if t.Period > 0 && lateness > t.Period {
+		s.opts.Metrics.LateRuns.Inc()
+		report = s.lateLocked(t.Key.Resource, now)
+	}
+	due := e.due
 	runCtx, cancel := context.WithCancel(parent)
 	e.cancel = cancel
 	s.mu.Unlock()
 	defer cancel()
+	if report {
+		s.opts.Logger.Info("probes start more than a period late", "resource", t.Key.Resource, "lateness", lateness.String(), "period", t.Period.String())
+		s.opts.OnLate(t.Key.Resource, lateness)
+	}
 
 	// The prober enforces timeoutSeconds; this bound only guards against a runner that does not.
 	timeout := time.Duration(t.Probe.TimeoutSeconds)*time.Second + time.Second
-	runCtx, cancelTimeout := context.WithTimeout(runCtx, timeout)
+	runCtx, cancelTimeout := context.WithTimeout(context.WithValue(runCtx, dueKey{}, due), timeout)
 	start := s.opts.Clock.Now()
 	out := s.opts.Runner.Run(runCtx, t)
 	cancelTimeout()
@@ -371,6 +573,8 @@ func (s *Scheduler) runOne(parent context.Context, e *entry) {
 
 	outcome := metrics.OutcomeFailure
 	switch {
+	case out.Deferred:
+		outcome = metrics.OutcomeDeferred
 	case out.Err != nil:
 		outcome = metrics.OutcomeError
 		out.Pass, out.Reason = false, "probe could not run: "+out.Err.Error()
@@ -382,21 +586,26 @@ func (s *Scheduler) runOne(parent context.Context, e *entry) {
 	s.opts.Metrics.ProbeDuration.WithLabelValues(mode, outcome).Observe(elapsed.Seconds())
 
 	s.mu.Lock()
+	s.finishLocked(e)
 	if e.gone || parent.Err() != nil {
 		s.mu.Unlock()
+		s.poke()
 		return
 	}
 	e.cancel = nil
-	changed := e.record(out.Pass, out.Reason)
+	changed := false
+	if !out.Deferred {
+		changed = e.record(out.Pass, out.Reason)
+	}
 	res := e.result
 	// The next run is one period after this one was due, moved by the jitter; a run that
 	// overran its slot is rescheduled from now.
-	now := s.opts.Clock.Now()
+	now = s.opts.Clock.Now()
 	e.due = e.due.Add(t.Period + s.jitter(t.Period))
 	if e.due.Before(now) {
 		e.due = now.Add(s.jitter(t.Period) + time.Duration(float64(t.Period)*s.opts.Jitter))
 	}
-	heap.Push(&s.queue, e)
+	s.queueLocked(e, inTimers)
 	s.mu.Unlock()
 	s.poke()
 	if changed {
@@ -428,7 +637,7 @@ func (e *entry) record(pass bool, reason string) bool {
 	return false
 }
 
-// entryHeap orders entries by due time.
+// entryHeap orders entries by due time (the timers, and each resource's queue of due runs).
 type entryHeap []*entry
 
 func (h entryHeap) Len() int           { return len(h) }

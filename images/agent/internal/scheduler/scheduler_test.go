@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package scheduler
 
 import (
@@ -138,6 +141,30 @@ func TestARunnerErrorCountsAsAFailure(t *testing.T) {
 	assert.GreaterOrEqual(t, testutil.ToFloat64(m.ProbeResults.WithLabelValues("TCP", metrics.OutcomeError)), 2.0)
 }
 
+// A deferred run (an input still loading) counts for nothing: with failureThreshold 1 it does
+// not fail the target, and the runs that follow it decide as if it had not happened.
+func TestADeferredRunCountsForNothing(t *testing.T) {
+	var runs atomic.Int32
+	changed := make(chan Change, 10)
+	s, m := harness(t, Options{
+		Runner: RunnerFunc(func(context.Context, Target) Outcome {
+			if runs.Add(1) <= 3 {
+				return Outcome{Deferred: true, Reason: "credentials Secret ns/db: not loaded yet"}
+			}
+			return Outcome{Pass: true}
+		}),
+		OnChange:       func(c Change) { changed <- c },
+		MaxStartSpread: time.Millisecond,
+	})
+	tg := target("p1", 0, 5*time.Millisecond, 1, 1)
+	s.Set(res, []Target{tg})
+	c := <-changed
+	assert.Equal(t, portrule.Pass, c.Result.State, "the first change is the pass: the deferred runs failed nothing")
+	assert.GreaterOrEqual(t, runs.Load(), int32(4))
+	assert.Equal(t, 3.0, testutil.ToFloat64(m.ProbeResults.WithLabelValues("TCP", metrics.OutcomeDeferred)))
+	assert.Zero(t, testutil.ToFloat64(m.ProbeResults.WithLabelValues("TCP", metrics.OutcomeFailure)))
+}
+
 func TestTheFirstRunWaitsForTheInitialDelay(t *testing.T) {
 	notBefore := time.Now().Add(300 * time.Millisecond)
 	ran := make(chan time.Time, 100)
@@ -248,6 +275,13 @@ func TestRemovedTargetsLeaveNothingBehind(t *testing.T) {
 	assert.Empty(t, s.Results(res))
 	s.Set(other, nil)
 	assert.Equal(t, 0.0, testutil.ToFloat64(m.Targets))
+	// Once the cancelled runs have ended, no state of a resource or namespace is left.
+	require.Eventually(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.running == 0 && len(s.resources) == 0 && len(s.namespaces) == 0 && len(s.waiting) == 0 &&
+			s.withTargets == 0 && len(s.timers) == 0 && len(s.lateReported) == 0
+	}, 10*time.Second, 5*time.Millisecond)
 	cancel()
 	<-done
 	goleak.VerifyNone(t, goroutinesBefore)

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package sliceplan computes, as pure functions, the EndpointSlices one agent publishes for one
 // resource on its node (DESIGN §4), and the plan that turns the existing slices into them.
 package sliceplan
@@ -5,15 +8,17 @@ package sliceplan
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
@@ -87,13 +92,16 @@ func Compute(in Input) []Desired {
 	// users counts every endpoint that uses a number, also one left out while undecided, so
 	// the primary number does not depend on which pods' probes decide first.
 	users := map[groupKey]int{}
+	shared := newSharedParts(in)
 	for _, p := range in.Pods {
+		ips := podIPs(p.Pod)
+		pod := shared.pod(p.Pod, ips)
 		for _, ep := range p.Endpoints {
 			if !ep.Published || ep.PortIndex >= len(in.Resource.Spec.Ports) {
 				continue
 			}
 			portName := portOf(in.Resource, ep.PortIndex).Name
-			for _, ip := range podIPs(p.Pod) {
+			for i, ip := range ips {
 				family := addressType(ip)
 				if family == "" || (families != nil && !slices.Contains(families, family)) {
 					continue
@@ -116,7 +124,7 @@ func Compute(in Input) []Desired {
 					}
 					ready, serving, terminating = portrule.Conditions(serving, ep.Terminating, ep.PublishNotReady)
 				}
-				groups[gk] = append(groups[gk], endpoint(in, p.Pod, ip, ready, serving, terminating))
+				groups[gk] = append(groups[gk], shared.endpoint(pod, i, ready, serving, terminating))
 			}
 		}
 	}
@@ -221,8 +229,18 @@ func newSlice(in Input, key slicemeta.SliceKey, family discoveryv1.AddressType, 
 	if proto == "" {
 		proto = corev1.ProtocolTCP
 	}
-	s.Ports = []discoveryv1.EndpointPort{{Name: &name, Protocol: &proto, Port: &port, AppProtocol: sp.AppProtocol}}
+	s.Ports = []discoveryv1.EndpointPort{{Name: &name, Protocol: &proto, Port: &port, AppProtocol: appProtocol(sp)}}
 	return s
+}
+
+// appProtocol is the port's appProtocol when the EndpointSlice API accepts it (a qualified
+// name). Admission refuses other values now; one admitted before that rule is left out, so the
+// port is still published (the status reports the value: SpecOutOfBounds).
+func appProtocol(sp v1alpha1.ServicePort) *string {
+	if sp.AppProtocol == nil || len(validation.IsQualifiedName(*sp.AppProtocol)) > 0 {
+		return nil
+	}
+	return sp.AppProtocol
 }
 
 // portOf is the Service port of an endpoint's PortIndex; the zero port for portrule.NoPort.
@@ -233,29 +251,71 @@ func portOf(swh *v1alpha1.ServiceWithHealthchecks, index int) v1alpha1.ServicePo
 	return swh.Spec.Ports[index]
 }
 
-func endpoint(in Input, pod *corev1.Pod, ip string, ready, serving, terminating bool) discoveryv1.Endpoint {
-	node := in.Node
-	e := discoveryv1.Endpoint{
-		Addresses:  []string{ip},
-		Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &terminating},
-		NodeName:   &node,
-		TargetRef: &corev1.ObjectReference{
-			Kind:      "Pod",
-			Namespace: pod.Namespace,
-			Name:      pod.Name,
-			UID:       pod.UID,
-		},
-	}
+// sharedParts are the parts of the endpoints of one Compute that point to the same values: the
+// node name, the zone and the conditions (eight combinations) for every endpoint, a pod's
+// reference, hostname and addresses for all its endpoints (ports and families). The endpoints are
+// read-only once built (they are compared and serialized), so sharing them saves most of the
+// allocations of a reconcile.
+type sharedParts struct {
+	node, zone *string
+	conditions [8]discoveryv1.EndpointConditions
+	resource   string
+}
+
+func newSharedParts(in Input) *sharedParts {
+	sp := &sharedParts{node: &in.Node, resource: in.Resource.Name}
 	if in.Zone != "" {
-		zone := in.Zone
-		e.Zone = &zone
+		sp.zone = &in.Zone
 	}
+	values := [2]bool{false, true}
+	for i := range sp.conditions {
+		sp.conditions[i] = discoveryv1.EndpointConditions{Ready: &values[i&1], Serving: &values[i>>1&1], Terminating: &values[i>>2&1]}
+	}
+	return sp
+}
+
+// podParts are the shared parts of one pod's endpoints.
+type podParts struct {
+	ref       *corev1.ObjectReference
+	hostname  *string
+	addresses [][]string
+}
+
+func (sp *sharedParts) pod(pod *corev1.Pod, ips []string) podParts {
+	pp := podParts{ref: &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}}
 	// Headless DNS records per pod, as the built-in controller does.
-	if pod.Spec.Hostname != "" && pod.Spec.Subdomain == in.Resource.Name {
-		h := pod.Spec.Hostname
-		e.Hostname = &h
+	if pod.Spec.Hostname != "" && pod.Spec.Subdomain == sp.resource {
+		pp.hostname = &pod.Spec.Hostname
 	}
-	return e
+	all := make([]string, len(ips))
+	copy(all, ips)
+	pp.addresses = make([][]string, len(ips))
+	for i := range all {
+		pp.addresses[i] = all[i : i+1 : i+1]
+	}
+	return pp
+}
+
+// endpoint is the endpoint of the pod's i-th address.
+func (sp *sharedParts) endpoint(pod podParts, i int, ready, serving, terminating bool) discoveryv1.Endpoint {
+	c := 0
+	if ready {
+		c |= 1
+	}
+	if serving {
+		c |= 2
+	}
+	if terminating {
+		c |= 4
+	}
+	return discoveryv1.Endpoint{
+		Addresses:  pod.addresses[i],
+		Conditions: sp.conditions[c],
+		NodeName:   sp.node,
+		Zone:       sp.zone,
+		Hostname:   pod.hostname,
+		TargetRef:  pod.ref,
+	}
 }
 
 func podIPs(pod *corev1.Pod) []string {
@@ -369,41 +429,105 @@ func ConflictOf(name string, cur *discoveryv1.EndpointSlice) Conflict {
 // Merge returns a copy of cur with the content of want, and whether anything differs.
 // Labels and annotations of others are kept; ours are set.
 func Merge(cur, want *discoveryv1.EndpointSlice) (*discoveryv1.EndpointSlice, bool) {
+	// Compare before copying: in steady state nothing differs and nothing is allocated.
+	if !differs(cur, want) {
+		return cur, false
+	}
 	u := cur.DeepCopy()
-	changed := false
 	if u.Labels == nil {
 		u.Labels = map[string]string{}
 	}
-	for k, v := range want.Labels {
-		if old, ok := u.Labels[k]; !ok || old != v {
-			u.Labels[k], changed = v, true
-		}
-	}
+	maps.Copy(u.Labels, want.Labels)
 	if _, ok := want.Labels[slicemeta.LabelNode]; !ok {
-		if _, had := u.Labels[slicemeta.LabelNode]; had {
-			delete(u.Labels, slicemeta.LabelNode)
-			changed = true
-		}
+		delete(u.Labels, slicemeta.LabelNode)
 	}
 	if u.Annotations == nil {
 		u.Annotations = map[string]string{}
 	}
-	for k, v := range want.Annotations {
-		if old, ok := u.Annotations[k]; !ok || old != v {
-			u.Annotations[k], changed = v, true
+	maps.Copy(u.Annotations, want.Annotations)
+	if refs, changed := ownerRefs(u.OwnerReferences, want.OwnerReferences[0]); changed {
+		u.OwnerReferences = refs
+	}
+	u.Endpoints, u.Ports = want.Endpoints, want.Ports
+	return u, true
+}
+
+// differs tells whether Merge would change anything in cur.
+func differs(cur, want *discoveryv1.EndpointSlice) bool {
+	for k, v := range want.Labels {
+		if old, ok := cur.Labels[k]; !ok || old != v {
+			return true
 		}
 	}
-	refs, refsChanged := ownerRefs(u.OwnerReferences, want.OwnerReferences[0])
-	if refsChanged {
-		u.OwnerReferences, changed = refs, true
+	if _, ok := want.Labels[slicemeta.LabelNode]; !ok {
+		if _, had := cur.Labels[slicemeta.LabelNode]; had {
+			return true
+		}
 	}
-	if !reflect.DeepEqual(u.Endpoints, want.Endpoints) {
-		u.Endpoints, changed = want.Endpoints, true
+	for k, v := range want.Annotations {
+		if old, ok := cur.Annotations[k]; !ok || old != v {
+			return true
+		}
 	}
-	if !reflect.DeepEqual(u.Ports, want.Ports) {
-		u.Ports, changed = want.Ports, true
+	if ownerRefsDiffer(cur.OwnerReferences, want.OwnerReferences[0]) {
+		return true
 	}
-	return u, changed
+	return !sameEndpoints(cur.Endpoints, want.Endpoints) || !reflect.DeepEqual(cur.Ports, want.Ports)
+}
+
+// sameEndpoints compares endpoint lists field by field: reflect.DeepEqual allocates for every
+// pointer it follows, and this runs for every endpoint of every reconcile. Fields the agent never
+// sets (hints, deprecated topology) are compared with reflect only when either side has them.
+func sameEndpoints(a, b []discoveryv1.Endpoint) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := &a[i], &b[i]
+		if !slices.Equal(x.Addresses, y.Addresses) ||
+			!ptr.Equal(x.Conditions.Ready, y.Conditions.Ready) ||
+			!ptr.Equal(x.Conditions.Serving, y.Conditions.Serving) ||
+			!ptr.Equal(x.Conditions.Terminating, y.Conditions.Terminating) ||
+			!ptr.Equal(x.Hostname, y.Hostname) || !ptr.Equal(x.NodeName, y.NodeName) || !ptr.Equal(x.Zone, y.Zone) ||
+			!sameTargetRef(x.TargetRef, y.TargetRef) {
+			return false
+		}
+		if (x.Hints != nil || y.Hints != nil || len(x.DeprecatedTopology) > 0 || len(y.DeprecatedTopology) > 0) &&
+			(!reflect.DeepEqual(x.Hints, y.Hints) || !reflect.DeepEqual(x.DeprecatedTopology, y.DeprecatedTopology)) {
+			return false
+		}
+	}
+	return true
+}
+
+func sameTargetRef(a, b *corev1.ObjectReference) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// sameRef compares two owner references field by field (without reflection: it runs for every
+// slice of every reconcile).
+func sameRef(a, b metav1.OwnerReference) bool {
+	return a.APIVersion == b.APIVersion && a.Kind == b.Kind && a.Name == b.Name && a.UID == b.UID &&
+		ptr.Equal(a.Controller, b.Controller) && ptr.Equal(a.BlockOwnerDeletion, b.BlockOwnerDeletion)
+}
+
+// ownerRefsDiffer tells whether ownerRefs would change refs: ref is missing, or there is
+// another ServiceWithHealthchecks reference besides it.
+func ownerRefsDiffer(refs []metav1.OwnerReference, ref metav1.OwnerReference) bool {
+	found := 0
+	ours := 0
+	for _, r := range refs {
+		if slicemeta.IsResourceRef(r) {
+			ours++
+			if sameRef(r, ref) {
+				found++
+			}
+		}
+	}
+	return found != 1 || ours != 1
 }
 
 // ownerRefs replaces any ServiceWithHealthchecks owner reference with ref and keeps the others.
@@ -412,7 +536,7 @@ func ownerRefs(refs []metav1.OwnerReference, ref metav1.OwnerReference) ([]metav
 	found := false
 	for _, r := range refs {
 		if slicemeta.IsResourceRef(r) {
-			if equality.Semantic.DeepEqual(r, ref) {
+			if sameRef(r, ref) {
 				found = true
 			}
 			continue

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package sliceplan
 
 import (
@@ -323,6 +326,7 @@ func TestComputeSliceContent(t *testing.T) {
 		slicemeta.LabelResource:      "mail",
 		slicemeta.LabelPort:          "smtp",
 		slicemeta.LabelNode:          node,
+		slicemeta.LabelNodeKey:       node,
 	}, s.Labels)
 	assert.Equal(t, node, s.Annotations[slicemeta.AnnotationNode])
 	assert.Equal(t, []metav1.OwnerReference{slicemeta.OwnerReference("mail", "uid-1")}, s.OwnerReferences)
@@ -563,4 +567,19 @@ func TestComputeWithoutPorts(t *testing.T) {
 		"mail-node-a":       {"10.0.0.1=TTF", "10.0.0.2=FFF"},
 		"mail--node-a-ipv6": {"fd00::1=TTF"},
 	}, names, "without probes the pods follow their Ready condition")
+}
+
+// An appProtocol the EndpointSlice API refuses (admitted before admission checked it) is left
+// out, so the port is still published.
+func TestComputeLeavesOutAnAppProtocolTheAPIRefuses(t *testing.T) {
+	res := resource(webPort)
+	bad := "not a/qualified name"
+	res.Spec.Ports[0].AppProtocol = &bad
+	got := Compute(Input{Resource: res, Node: node, Pods: evaluated(res, nil, pod("p1", 8080, "10.0.0.1"))})
+	require.Len(t, got, 1)
+	assert.Nil(t, got[0].Slice.Ports[0].AppProtocol)
+	good := "kubernetes.io/h2c"
+	res.Spec.Ports[0].AppProtocol = &good
+	got = Compute(Input{Resource: res, Node: node, Pods: evaluated(res, nil, pod("p1", 8080, "10.0.0.1"))})
+	assert.Equal(t, &good, got[0].Slice.Ports[0].AppProtocol, "a qualified name is kept")
 }

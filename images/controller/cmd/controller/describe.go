@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -5,6 +8,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/withdraw"
+	"github.com/deckhouse/service-with-healthchecks/lib/metricsdesc"
 )
 
 // describeMetricsCommand is the hidden command that prints every metric the program registers
@@ -17,7 +21,7 @@ const describeMetricsCommand = "describe-metrics"
 // in step with controller.NewManager. controller-runtime's own metrics (workqueue_*,
 // rest_client_*, leader_election_master_status, controller_runtime_*) go to its global
 // registry and are not listed.
-func recordMetrics(rec *metrics.Recorder) error {
+func recordMetrics(rec *metricsdesc.Recorder) error {
 	if _, err := metrics.New(rec); err != nil {
 		return err
 	}
@@ -30,7 +34,7 @@ func recordMetrics(rec *metrics.Recorder) error {
 // describeMetrics prints the metrics of every collector the program registers, from Describe:
 // one tab-separated line each (name, type, labels, help).
 func describeMetrics(w io.Writer) error {
-	rec := &metrics.Recorder{}
+	rec := &metricsdesc.Recorder{}
 	if err := recordMetrics(rec); err != nil {
 		return err
 	}

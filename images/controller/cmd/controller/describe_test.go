@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -10,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/controller"
-	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
+	"github.com/deckhouse/service-with-healthchecks/lib/metricsdesc"
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
 )
 
@@ -18,7 +21,7 @@ import (
 // API server, with the liveness runner) registers exactly the collectors describe-metrics lists.
 func TestDescribeMetricsListsWhatTheManagerRegisters(t *testing.T) {
 	env := controlplane.StartForTest(t, controlplane.Options{})
-	fromManager := &metrics.Recorder{}
+	fromManager := &metricsdesc.Recorder{}
 	_, _, err := controller.NewManager(env.Config, controller.Options{
 		MetricsBindAddress:     "0",
 		HealthProbeBindAddress: "0",
@@ -32,7 +35,7 @@ func TestDescribeMetricsListsWhatTheManagerRegisters(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, want)
 
-	listed := &metrics.Recorder{}
+	listed := &metricsdesc.Recorder{}
 	require.NoError(t, recordMetrics(listed))
 	got, err := listed.Descriptions()
 	require.NoError(t, err)

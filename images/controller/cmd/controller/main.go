@@ -1,36 +1,35 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command controller keeps, for every ServiceWithHealthchecks, a Service of the same name with an
 // empty selector, writes the resource's status and removes EndpointSlices that belong to nothing.
 package main
 
 import (
-	"errors"
-	"fmt"
+	"context"
+	"io"
 	"os"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/app"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/config"
+	"github.com/deckhouse/service-with-healthchecks/lib/cmdline"
 )
 
 func main() {
-	if len(os.Args) == 2 && os.Args[1] == describeMetricsCommand {
-		if err := describeMetrics(os.Stdout); err != nil {
-			fmt.Fprintf(os.Stderr, "controller: %v\n", err)
-			os.Exit(1)
-		}
-		return
+	os.Exit(cmdline.Report(os.Stderr, config.Program, run(ctrl.SetupSignalHandler(), os.Args[1:], os.Stdout)))
+}
+
+// run is the program: its hidden describe-metrics command, or flags → config → the manager
+// until ctx ends. Its error decides the exit code (cmdline.Report).
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) == 1 && args[0] == describeMetricsCommand {
+		return describeMetrics(stdout)
 	}
-	cfg, err := config.Parse(os.Args[1:], os.Getenv, os.Stdout)
-	if errors.Is(err, config.ErrHelp) {
-		return
-	}
+	cfg, err := config.Parse(args, os.Getenv, stdout)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "controller: %v (see --help)\n", err)
-		os.Exit(2)
+		return err
 	}
-	if err := app.Run(ctrl.SetupSignalHandler(), cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "controller: %v\n", err)
-		os.Exit(1)
-	}
+	return app.Run(ctx, cfg)
 }

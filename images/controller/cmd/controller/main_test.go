@@ -1,15 +1,16 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/lib/cmdline/cmdlinetest"
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
 )
 
@@ -44,37 +46,36 @@ func program(t *testing.T, args ...string) *exec.Cmd {
 
 func TestBadFlagsExitWithOneLine(t *testing.T) {
 	tests := map[string]struct {
-		args []string
-		want string
+		args     []string
+		wantCode int
+		want     string
 	}{
-		"an unknown flag":           {args: []string{"--frobnicate"}, want: "unknown flag: --frobnicate"},
-		"a bad duration":            {args: []string{"--agent-lost-grace=later"}, want: "--agent-lost-grace"},
-		"metrics off the loopback":  {args: []string{"--metrics-bind-address=0.0.0.0:8080"}, want: "must be a loopback address"},
-		"an unknown log level":      {args: []string{"--log-level=chatty"}, want: "--log-level"},
-		"a missing flag value":      {args: []string{"--leader-election-namespace"}, want: "flag needs an argument"},
-		"no cluster to talk to yet": {args: []string{"--metrics-bind-address=0", "--health-probe-bind-address=0"}, want: "not running in a cluster"},
+		"an unknown flag is a usage error":       {args: []string{"--frobnicate"}, wantCode: 2, want: "controller: unknown flag: --frobnicate (see --help)\n"},
+		"a bad duration is a usage error":        {args: []string{"--agent-lost-grace=later"}, wantCode: 2, want: `controller: invalid argument "later" for "--agent-lost-grace" flag: time: invalid duration "later" (see --help)` + "\n"},
+		"metrics off the loopback are refused":   {args: []string{"--metrics-bind-address=0.0.0.0:8080"}, wantCode: 2, want: "must be a loopback address"},
+		"an unknown log level is a usage error":  {args: []string{"--log-level=chatty"}, wantCode: 2, want: `controller: invalid argument "chatty" for "--log-level" flag: must be debug, info, warn or error (see --help)` + "\n"},
+		"a missing flag value is a usage error":  {args: []string{"--leader-election-namespace"}, wantCode: 2, want: "controller: flag needs an argument: --leader-election-namespace (see --help)\n"},
+		"a stray argument is a usage error":      {args: []string{"run"}, wantCode: 2, want: `controller: unexpected argument "run": controller takes flags only (see --help)` + "\n"},
+		"no cluster to talk to is a failure":     {args: []string{"--metrics-bind-address=0", "--health-probe-bind-address=0"}, wantCode: 1, want: "controller: no --kubeconfig or $KUBECONFIG and not running in a cluster"},
+		"a missing kubeconfig file is a failure": {args: []string{"--kubeconfig=/nonexistent/kubeconfig"}, wantCode: 1, want: "controller: loading kubeconfig /nonexistent/kubeconfig: "},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			var stderr bytes.Buffer
-			cmd := program(t, tc.args...)
-			cmd.Stderr = &stderr
-			err := cmd.Run()
-			exitErr, ok := errors.AsType[*exec.ExitError](err)
-			require.True(t, ok, "the program fails: %v", err)
-			assert.NotZero(t, exitErr.ExitCode())
-			assert.Contains(t, stderr.String(), tc.want)
-			assert.Equal(t, 1, strings.Count(strings.TrimSpace(stderr.String()), "\n")+1, "one line: %q", stderr.String())
+			cmdlinetest.ExitsWithOneLine(t, program(t, tc.args...), "controller", tc.wantCode, tc.want)
 		})
 	}
 }
 
 func TestHelp(t *testing.T) {
-	out, err := program(t, "--help").Output()
-	require.NoError(t, err, "--help exits 0")
+	var stdout, stderr bytes.Buffer
+	cmd := program(t, "--help")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "--help exits 0")
+	assert.Empty(t, stderr.String())
 	for _, flag := range []string{"--kubeconfig", "--metrics-bind-address", "--health-probe-bind-address", "--leader-elect",
-		"--leader-election-namespace", "--agent-lease-namespace", "--agent-lost-grace", "--log-level"} {
-		assert.Contains(t, string(out), flag)
+		"--leader-election-namespace", "--agent-lease-namespace", "--agent-lost-grace", "--kube-api-qps", "--kube-api-burst",
+		"--log-level", "--help"} {
+		assert.Contains(t, stdout.String(), flag+" ")
 	}
 }
 

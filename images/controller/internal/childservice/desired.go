@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package childservice decides what the child Service of a ServiceWithHealthchecks must look
 // like and whether the controller may touch an existing Service of that name. Everything here
 // is a pure function of plain values; the reconciler holds the client.
@@ -10,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/util/validation"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
@@ -146,7 +150,9 @@ func desiredPort(p *v1alpha1.ServicePort, needsNodePorts bool) *corev1ac.Service
 	if p.Name != "" {
 		out.WithName(p.Name)
 	}
-	if p.AppProtocol != nil {
+	// An appProtocol admitted before it had to be a qualified name would make every write of
+	// the Service fail: it is left out (the status reports it: SpecOutOfBounds).
+	if p.AppProtocol != nil && len(validation.IsQualifiedName(*p.AppProtocol)) == 0 {
 		out.WithAppProtocol(*p.AppProtocol)
 	}
 	out.WithTargetPort(p.EffectiveTargetPort())

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package childservice
 
 import (
@@ -89,6 +92,12 @@ func TestDesired(t *testing.T) {
 			want: expected(func(s *corev1ac.ServiceApplyConfiguration) {
 				s.Spec.Ports[0].WithTargetPort(intstr.FromString("web")).WithAppProtocol("http")
 			}),
+		},
+		"an app protocol the Service API refuses, admitted before admission checked it, is left out": {
+			swh: resource(func(s *v1alpha1.ServiceWithHealthchecks) {
+				s.Spec.Ports[0].AppProtocol = ptr.To("not a/qualified name")
+			}),
+			want: expected(nil),
 		},
 		"cluster IPs are requested when the Service is created": {
 			swh: resource(func(s *v1alpha1.ServiceWithHealthchecks) {

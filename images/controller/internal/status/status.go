@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package status computes the status of a ServiceWithHealthchecks from what the controller
 // observed. It is a pure function; the reconciler writes the result only when it differs from
 // the status the resource already has.
@@ -74,7 +77,8 @@ type Observed struct {
 	// Ports are Ports(Resource, Slices) when the caller has computed them already (the
 	// reconciler does, once per reconcile); nil computes them here.
 	Ports []v1alpha1.PortStatus
-	// Neighbours are the other live resources of the namespace (the resource itself and
+	// Neighbours are other live resources of the namespace: at least those named by
+	// CollisionCandidates(Resource) (the resource itself, resources of other namespaces and
 	// resources being deleted are skipped). SliceNameConflict is computed from their names.
 	Neighbours []v1alpha1.ServiceWithHealthchecks
 	// Agents is the liveness judgement; nil when the controller does not judge the agents
@@ -125,6 +129,10 @@ func Compute(o Observed) v1alpha1.ServiceWithHealthchecksStatus {
 		withType(available, v1alpha1.ConditionEndpointsAvailable),
 		withType(ready, v1alpha1.ConditionReady),
 		withType(nameConflict(o.Resource, o.Neighbours), v1alpha1.ConditionSliceNameConflict),
+		// Not part of Ready either: what such values break shows in the other conditions (an
+		// appProtocol the Service API refuses makes ServiceSynced Invalid, a path the probe cannot
+		// send leaves its ports without ready endpoints); this one says why.
+		withType(specOutOfBounds(&o.Resource.Spec), v1alpha1.ConditionSpecOutOfBounds),
 	}
 	if o.Agents != nil {
 		// Deliberately not part of Ready: the endpoints are what the agents published (or
@@ -363,6 +371,33 @@ func Collisions(swh *v1alpha1.ServiceWithHealthchecks, neighbours []v1alpha1.Ser
 	}
 	slices.Sort(out)
 	return out
+}
+
+// CollisionCandidates are the names of the only resources of swh's namespace that Collisions
+// can find colliding with swh, so that the caller reads those by name instead of listing the
+// namespace. Prefix(n, q) ends with "-"; it equals Prefix(swh.Name, p) = P only if
+//
+//   - q is empty and n is P without its last dash (for p empty that is swh itself), or
+//   - q is not empty and n is the part of P before one of its other dashes (q is the rest,
+//     without the last dash).
+//
+// So the candidates are the parts of each of swh's prefixes before each of its dashes, swh's own
+// name left out; sorted and without duplicates. For a port p the last one is swh.Name+"-"+p (a
+// resource of that name with an unnamed port); no name longer than a prefix can collide with
+// it, so with an unnamed port only names shorter than swh.Name are candidates. Without ports
+// there are none (Collisions looks only at ports).
+func CollisionCandidates(swh *v1alpha1.ServiceWithHealthchecks) []string {
+	var out []string
+	for _, p := range swh.Spec.Ports {
+		prefix := slicemeta.Prefix(swh.Name, p.Name)
+		for i := range len(prefix) {
+			if prefix[i] == '-' && prefix[:i] != swh.Name && prefix[:i] != "" {
+				out = append(out, prefix[:i])
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func nameConflict(swh *v1alpha1.ServiceWithHealthchecks, neighbours []v1alpha1.ServiceWithHealthchecks) metav1.Condition {

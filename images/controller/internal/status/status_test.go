@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package status
 
 import (
@@ -60,12 +63,12 @@ func TestCompute(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			got := Compute(tc.in)
-			// Only what this table is about: the endpoint and conflict conditions have their own.
-			for _, typ := range []string{v1alpha1.ConditionEndpointsAvailable, v1alpha1.ConditionReady, v1alpha1.ConditionSliceNameConflict} {
+			// Only what this table is about: the endpoint, conflict and bounds conditions have their own.
+			for _, typ := range []string{v1alpha1.ConditionEndpointsAvailable, v1alpha1.ConditionReady, v1alpha1.ConditionSliceNameConflict, v1alpha1.ConditionSpecOutOfBounds} {
 				assert.NotNil(t, meta.FindStatusCondition(got.Conditions, typ), typ)
 			}
 			trimmed := *got.DeepCopy()
-			for _, typ := range []string{v1alpha1.ConditionEndpointsAvailable, v1alpha1.ConditionReady, v1alpha1.ConditionSliceNameConflict} {
+			for _, typ := range []string{v1alpha1.ConditionEndpointsAvailable, v1alpha1.ConditionReady, v1alpha1.ConditionSliceNameConflict, v1alpha1.ConditionSpecOutOfBounds} {
 				meta.RemoveStatusCondition(&trimmed.Conditions, typ)
 			}
 			assert.Equal(t, tc.want, trimmed)

@@ -1,14 +1,22 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package withdraw
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,6 +33,9 @@ type Runner struct {
 	// Leases reads the agents' Leases, uncached, so that a failing API server shows as an
 	// error (blindness) rather than as a frozen cache.
 	Leases client.Reader
+	// Nodes lists the Nodes (metadata only; the manager's cache): a Lease whose Node does not
+	// exist is ignored.
+	Nodes client.Reader
 	// Namespace is the agent lease namespace.
 	Namespace string
 	// Period between observations; DefaultPeriod(grace) when zero.
@@ -34,7 +45,8 @@ type Runner struct {
 	// Log receives observation failures.
 	Log logr.Logger
 
-	known map[string]bool
+	known   map[string]bool
+	orphans map[string]bool
 }
 
 // DefaultPeriod is the observation period for a grace: an eighth of it, between 0.5 s and 5 s.
@@ -50,6 +62,9 @@ func (r *Runner) NeedLeaderElection() bool { return true }
 // after it restarts the grace again, so that agents are not blamed for the controller's or the
 // API server's outage.
 func (r *Runner) Start(ctx context.Context) error {
+	if r.Nodes == nil || r.Leases == nil {
+		return errors.New("liveness runner: Leases and Nodes must both be set")
+	}
 	tr := r.Withdrawer.Tracker
 	tr.Reset()
 	period := r.Period
@@ -91,8 +106,8 @@ func (r *Runner) Start(ctx context.Context) error {
 	}
 }
 
-// observe lists the agents' Leases and feeds the tracker; nodes whose Lease is gone are
-// forgotten.
+// observe lists the agents' Leases and the Nodes and feeds the tracker; nodes whose Lease is
+// gone, or whose Node is, are forgotten (their stale-node series go with them).
 func (r *Runner) observe(ctx context.Context, period time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, max(2*period, 5*time.Second))
 	defer cancel()
@@ -100,12 +115,19 @@ func (r *Runner) observe(ctx context.Context, period time.Duration) error {
 	if err := r.Leases.List(ctx, &leases, client.InNamespace(r.Namespace)); err != nil {
 		return fmt.Errorf("listing Leases in %s: %w", r.Namespace, err)
 	}
-	seen := make(map[string]bool, len(leases.Items))
-	for i := range leases.Items {
-		node, renew, ok := agentLease(&leases.Items[i])
-		if !ok {
-			continue
-		}
+	var nodeList metav1.PartialObjectMetadataList
+	nodeList.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	// The cache's own objects (no copy), only read: a list of every Node on each observation.
+	if err := r.Nodes.List(ctx, &nodeList, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("listing Nodes: %w", err)
+	}
+	nodes := sets.New[string]()
+	for i := range nodeList.Items {
+		nodes.Insert(nodeList.Items[i].Name)
+	}
+	renewals, orphans := AgentRenewals(leases.Items, nodes)
+	seen := make(map[string]bool, len(renewals))
+	for node, renew := range renewals {
 		seen[node] = true
 		r.Withdrawer.Tracker.Observe(node, renew)
 	}
@@ -115,7 +137,38 @@ func (r *Runner) observe(ctx context.Context, period time.Duration) error {
 		}
 	}
 	r.known = seen
+	now := make(map[string]bool, len(orphans))
+	for _, node := range orphans {
+		now[node] = true
+		if !r.orphans[node] {
+			r.Log.Info("ignoring the Lease of a node that does not exist (the garbage collector removes it with its Node)",
+				"namespace", r.Namespace, "lease", slicemeta.AgentLeaseName(node), "node", node)
+		}
+	}
+	r.orphans = now
 	return nil
+}
+
+// AgentRenewals is the pure reading of the Leases in the lease namespace: the renewTime of
+// every agent's Lease, by node, for the nodes that exist; and, sorted, the nodes of agents'
+// Leases whose Node does not exist (ignored: their agents are gone with their nodes, and counting
+// them would hold the guard forever once they outnumber the live agents). Other Leases are
+// skipped (agentLease).
+func AgentRenewals(leases []coordinationv1.Lease, nodes sets.Set[string]) (renewals map[string]time.Time, orphans []string) {
+	renewals = make(map[string]time.Time, len(leases))
+	for i := range leases {
+		node, renew, ok := agentLease(&leases[i])
+		if !ok {
+			continue
+		}
+		if !nodes.Has(node) {
+			orphans = append(orphans, node)
+			continue
+		}
+		renewals[node] = renew
+	}
+	sort.Strings(orphans)
+	return renewals, orphans
 }
 
 // agentLease reads the node and renewTime of an agent's Lease; ok is false for other Leases and
@@ -134,8 +187,10 @@ func agentLease(l *coordinationv1.Lease) (node string, renew time.Time, ok bool)
 	return node, l.Spec.RenewTime.Time, true
 }
 
-// Setup adds the liveness runner to mgr: Leases in namespace are judged with grace, our slices
-// of stale nodes withdrawn through mgr's client, metrics registered with reg. Every verdict is
+// Setup adds the liveness runner to mgr: Leases in namespace are judged with grace (those of
+// Nodes in mgr's cache), our slices of stale nodes withdrawn through mgr's client, metrics
+// registered with reg. mgr's field indexer must hold index.SliceNode (index.Register, once per
+// manager). Every verdict is
 // published on board (optional), and notify (optional) hears which nodes' judgement changed.
 func Setup(mgr ctrl.Manager, reg prometheus.Registerer, namespace string, grace time.Duration, board *liveness.Board, notify func(context.Context, []string)) (*Runner, error) {
 	m, err := NewMetrics(reg)
@@ -147,6 +202,7 @@ func Setup(mgr ctrl.Manager, reg prometheus.Registerer, namespace string, grace 
 		Withdrawer: &Withdrawer{Client: mgr.GetClient(), Tracker: liveness.NewTracker(nil, grace), Metrics: m, Log: log,
 			Board: board, Notify: notify},
 		Leases:    mgr.GetAPIReader(),
+		Nodes:     mgr.GetClient(),
 		Namespace: namespace,
 		Log:       log,
 	}

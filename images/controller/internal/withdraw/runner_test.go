@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package withdraw
 
 import (
@@ -12,11 +15,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -24,6 +29,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/index"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/liveness"
 )
 
@@ -33,12 +39,22 @@ type fakeAgent struct {
 	done   chan struct{}
 }
 
+// startFakeAgent creates the Node unless it exists and renews its Lease, owned by the Node.
 func startFakeAgent(t *testing.T, ns, node string) *fakeAgent {
 	t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	if err := env.Client.Create(t.Context(), n); apierrors.IsAlreadyExists(err) {
+		require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(n), n))
+	} else {
+		require.NoError(t, err)
+	}
 	now := metav1.NewMicroTime(time.Now())
 	l := &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: slicemeta.AgentLeaseName(node), Annotations: map[string]string{slicemeta.AnnotationNode: node}},
-		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: ns, Name: slicemeta.AgentLeaseName(node), Annotations: map[string]string{slicemeta.AnnotationNode: node},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node, UID: n.UID}},
+		},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
 	}
 	require.NoError(t, env.Client.Create(t.Context(), l))
 	ctx, cancel := context.WithCancel(t.Context())
@@ -83,6 +99,7 @@ func TestRunnerWithdrawsAfterTheGraceAndNotBefore(t *testing.T) {
 		}},
 	})
 	require.NoError(t, err)
+	require.NoError(t, index.Register(t.Context(), mgr.GetFieldIndexer()))
 	r, err := Setup(mgr, prometheus.NewRegistry(), w.ns, grace, nil, nil)
 	require.NoError(t, err)
 	m := r.Withdrawer.Metrics
@@ -158,6 +175,52 @@ func TestAgentLease(t *testing.T) {
 	}
 }
 
+func TestAgentRenewals(t *testing.T) {
+	renewed := func(node string, at int64) coordinationv1.Lease {
+		return coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: slicemeta.AgentLeaseName(node), Annotations: map[string]string{slicemeta.AnnotationNode: node}},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), RenewTime: ptr.To(metav1.NewMicroTime(time.Unix(at, 0)))},
+		}
+	}
+	election := coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "service-with-healthchecks-controller"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("controller-0"), RenewTime: ptr.To(metav1.NewMicroTime(time.Unix(9, 0)))},
+	}
+	tests := map[string]struct {
+		leases      []coordinationv1.Lease
+		nodes       []string
+		wantRenewal map[string]int64
+		wantOrphans []string
+	}{
+		"the Leases of existing nodes are read": {
+			leases: []coordinationv1.Lease{renewed("n1", 1), renewed("n2", 2)}, nodes: []string{"n1", "n2"},
+			wantRenewal: map[string]int64{"n1": 1, "n2": 2},
+		},
+		"the Lease of a node that does not exist is ignored and named": {
+			leases: []coordinationv1.Lease{renewed("n1", 1), renewed("gone-b", 2), renewed("gone-a", 3)}, nodes: []string{"n1"},
+			wantRenewal: map[string]int64{"n1": 1}, wantOrphans: []string{"gone-a", "gone-b"},
+		},
+		"a Lease that is not an agent's is neither read nor named": {
+			leases: []coordinationv1.Lease{election, renewed("n1", 1)}, nodes: []string{"n1", "controller-0"},
+			wantRenewal: map[string]int64{"n1": 1},
+		},
+		"no node at all ignores every agent Lease": {
+			leases: []coordinationv1.Lease{renewed("n1", 1)}, wantRenewal: map[string]int64{}, wantOrphans: []string{"n1"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			renewals, orphans := AgentRenewals(tc.leases, sets.New(tc.nodes...))
+			got := map[string]int64{}
+			for n, at := range renewals {
+				got[n] = at.Unix()
+			}
+			assert.Equal(t, tc.wantRenewal, got)
+			assert.Equal(t, tc.wantOrphans, orphans)
+		})
+	}
+}
+
 func TestDefaultPeriod(t *testing.T) {
 	tests := map[string]struct{ grace, want time.Duration }{
 		"the default grace is observed every 5 s":       {grace: 40 * time.Second, want: 5 * time.Second},
@@ -186,8 +249,8 @@ func TestRunnerRestartsTheGraceAfterItCouldNotSeeTheLeases(t *testing.T) {
 	m, err := NewMetrics(prometheus.NewRegistry())
 	require.NoError(t, err)
 	r := &Runner{
-		Withdrawer: &Withdrawer{Client: env.Client, Tracker: tr, Metrics: m, Log: logr.Discard()},
-		Leases:     reader, Namespace: w.ns, Log: logr.Discard(),
+		Withdrawer: &Withdrawer{Client: w.client, Tracker: tr, Metrics: m, Log: logr.Discard()},
+		Leases:     reader, Nodes: env.Client, Namespace: w.ns, Log: logr.Discard(),
 	}
 	agents := map[string]*fakeAgent{}
 	for _, n := range nodes {
@@ -319,6 +382,7 @@ func startReplica(t *testing.T, ns string, grace time.Duration) (*Runner, func()
 		}},
 	})
 	require.NoError(t, err)
+	require.NoError(t, index.Register(t.Context(), mgr.GetFieldIndexer()))
 	r, err := Setup(mgr, prometheus.NewRegistry(), ns, grace, nil, nil)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())

@@ -1,4 +1,10 @@
-package metrics
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+// Package metricsdesc lists the metrics a program registers without serving them: the hidden
+// describe-metrics command of the agent and of the controller prints them, and tests/monitoring
+// and the docs/METRICS.md check read that list.
+package metricsdesc
 
 import (
 	"fmt"
@@ -13,8 +19,8 @@ import (
 )
 
 // Recorder is a prometheus.Registerer that only remembers the collectors registered with it, so
-// that the program can list its metrics without serving them (the describe-metrics command,
-// which the monitoring tests and docs/METRICS.md checks run).
+// that a program can list its metrics without serving them (the describe-metrics command, which
+// the monitoring tests and docs/METRICS.md checks run).
 type Recorder struct {
 	mu         sync.Mutex
 	collectors []prometheus.Collector
@@ -140,7 +146,7 @@ func collectorType(c prometheus.Collector) string {
 		return "gauge"
 	case prometheus.Counter:
 		return "counter"
-	case prometheus.Histogram: // a Summary has Observe too; this module has none
+	case prometheus.Histogram: // a Summary has Observe too; the programs have none
 		return "histogram"
 	default:
 		return "untyped"

@@ -1,0 +1,74 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package agent_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+)
+
+// stripNodeKeys makes the resource's slices look as an agent of before the node key label
+// wrote them.
+func stripNodeKeys(t *testing.T, c *cluster.Cluster, ns, resource string) {
+	t.Helper()
+	var list discoveryv1.EndpointSliceList
+	require.NoError(t, c.Env.Client.List(t.Context(), &list, client.InNamespace(ns), client.MatchingLabels{slicemeta.LabelResource: resource}))
+	require.NotEmpty(t, list.Items)
+	for i := range list.Items {
+		s := &list.Items[i]
+		delete(s.Labels, slicemeta.LabelNodeKey)
+		require.NoError(t, c.Env.Client.Update(t.Context(), s))
+	}
+}
+
+// The agent's cache holds only its node's slices, selected by the node key label (issue 19).
+// An agent upgraded from a version that did not write the label finds the slices its
+// predecessor published all the same, labels them, and carries their verdicts over: no
+// endpoint flaps while the new agent's probes have not decided yet. Without the relabelling,
+// the new agent would not see them, and its first write would drop every undecided endpoint.
+func TestAnUpgradedAgentAdoptsSlicesWithoutTheNodeKeyWithoutFlapping(t *testing.T) {
+	c := testCluster(t)
+	ns := c.Env.CreateNamespaceForTest(t, "upgrade")
+	labels := map[string]string{"app": "web"}
+	pass := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-pass", Node: "node-a", Labels: labels, ContainerPorts: vmPorts})
+	fail := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-fail", Node: "node-a", Labels: labels, ContainerPorts: vmPorts})
+	pass.ServeHTTP(t, 8080)
+	const failureThreshold = 3
+	createResource(t, c, ns, "web", labels, []v1alpha1.ServicePort{namedPort("http", 80, intstr.FromInt32(8080))}, httpProbe(intstr.FromInt32(8080), 2, failureThreshold))
+	first := startAgent(t, c, "node-a")
+	want := map[string]map[string]string{"web-http-node-a": {ip(pass): "TTF", ip(fail): "FFF"}}
+	eventuallySlices(t, c, ns, "web", want)
+	first.stop()
+	stripNodeKeys(t, c, ns, "web")
+
+	w := watchSlices(t, c, ns)
+	second := startAgent(t, c, "node-a")
+	// The new agent labels the slice (one write), then both targets reach their decisive
+	// results (2 passes, failureThreshold failures) and the agent reconciles: nothing else is
+	// written, and the endpoints never change.
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(second.Metrics.ProbeTransitions.WithLabelValues("HTTP", "Pass")) == 1 &&
+			testutil.ToFloat64(second.Metrics.ProbeTransitions.WithLabelValues("HTTP", "Fail")) == 1
+	}, time.Minute, 50*time.Millisecond)
+	runs := second.probeRuns()
+	require.Eventually(t, func() bool { return second.probeRuns() >= runs+4 }, time.Minute, 50*time.Millisecond)
+	assert.Equal(t, []string{"MODIFIED web-http-node-a"}, w.Events(), "one write: the label")
+	got := eventuallySlices(t, c, ns, "web", want)
+	assert.NotEmpty(t, got["web-http-node-a"].RV)
+	s := &discoveryv1.EndpointSlice{}
+	require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "web-http-node-a"}, s))
+	assert.Equal(t, "node-a", s.Labels[slicemeta.LabelNodeKey], "the slice carries its node key now")
+	assert.Equal(t, 0.0, testutil.ToFloat64(second.Metrics.SliceWriteErrors.WithLabelValues("update")))
+}

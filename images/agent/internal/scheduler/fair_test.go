@@ -1,0 +1,211 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/portrule"
+)
+
+func TestNamespaceCapIsThePoolDividedByTheNamespacesWithTargets(t *testing.T) {
+	tests := map[string]struct {
+		workers, namespaces, want int
+	}{
+		"one namespace may use the whole pool":            {64, 1, 64},
+		"two namespaces get half each":                    {64, 2, 32},
+		"the division rounds down so the shares fit":      {64, 3, 21},
+		"more namespaces than workers still run one each": {64, 100, 1},
+		"no namespace with targets leaves the whole pool": {64, 0, 64},
+		"a pool of one is never capped below one":         {1, 5, 1},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			assert.Equal(t, tc.want, namespaceCap(tc.workers, tc.namespaces))
+		})
+	}
+}
+
+func TestPickSharesTheWorkersAcrossNamespacesThenResources(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	tests := map[string]struct {
+		cands []candidate
+		cap   int
+		want  int
+	}{
+		"nothing waiting starts nothing": {nil, 4, -1},
+		"without runs in flight the earliest due goes first": {[]candidate{
+			{Namespace: "a", Due: at(20)}, {Namespace: "b", Due: at(10)}, {Namespace: "a", Due: at(15)},
+		}, 4, 1},
+		"a namespace with fewer runs in flight goes before an earlier due one": {[]candidate{
+			{Namespace: "noisy", NamespaceRunning: 3, ResourceRunning: 3, Due: at(0)},
+			{Namespace: "calm", Due: at(50)},
+		}, 4, 1},
+		"a namespace at its cap starts nothing more, however late": {[]candidate{
+			{Namespace: "noisy", NamespaceRunning: 2, ResourceRunning: 2, Due: at(0)},
+		}, 2, -1},
+		"the others still start while one namespace is at its cap": {[]candidate{
+			{Namespace: "noisy", NamespaceRunning: 2, ResourceRunning: 2, Due: at(0)},
+			{Namespace: "calm", NamespaceRunning: 1, ResourceRunning: 1, Due: at(30)},
+		}, 2, 1},
+		"equal runs in flight: the namespace that has waited longest": {[]candidate{
+			{Namespace: "a", NamespaceRunning: 1, ResourceRunning: 1, Due: at(30)},
+			{Namespace: "b", NamespaceRunning: 1, ResourceRunning: 1, Due: at(20)},
+		}, 4, 1},
+		"within the namespace the resource with fewer runs in flight goes first": {[]candidate{
+			{Namespace: "a", NamespaceRunning: 3, ResourceRunning: 3, Due: at(0)},
+			{Namespace: "a", NamespaceRunning: 3, ResourceRunning: 0, Due: at(40)},
+		}, 4, 1},
+		"the namespace is chosen before the resource": {[]candidate{
+			{Namespace: "a", NamespaceRunning: 2, ResourceRunning: 0, Due: at(0)},
+			{Namespace: "b", NamespaceRunning: 1, ResourceRunning: 1, Due: at(40)},
+		}, 4, 1},
+		"within the namespace, equal runs in flight: the resource that has waited longest": {[]candidate{
+			{Namespace: "a", NamespaceRunning: 2, ResourceRunning: 1, Due: at(30)},
+			{Namespace: "a", NamespaceRunning: 2, ResourceRunning: 1, Due: at(10)},
+			{Namespace: "b", NamespaceRunning: 3, ResourceRunning: 0, Due: at(0)},
+		}, 4, 1},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			assert.Equal(t, tc.want, pick(tc.cands, tc.cap))
+		})
+	}
+}
+
+func nsTarget(ns, resource, pod string, period time.Duration) Target {
+	tg := target(pod, 0, period, 1, 3)
+	r := types.NamespacedName{Namespace: ns, Name: resource}
+	tg.Key.Resource, tg.Namespace = r, ns
+	return tg
+}
+
+// peak tracks how many runs are in flight and the most there ever were.
+type peak struct{ now, max atomic.Int32 }
+
+func (p *peak) enter() {
+	n := p.now.Add(1)
+	for {
+		m := p.max.Load()
+		if n <= m || p.max.CompareAndSwap(m, n) {
+			return
+		}
+	}
+}
+
+func (p *peak) leave() { p.now.Add(-1) }
+
+// A namespace whose probes hang holds at most its share of the pool (4 workers, 2 namespaces
+// with targets: 2), and the other namespace's probe keeps running on the workers left free.
+// Once it is the only namespace with targets, the same namespace uses the whole pool.
+func TestAHangingNamespaceHoldsAtMostItsShareAndTheOthersKeepRunning(t *testing.T) {
+	var hanging peak
+	var calmRuns atomic.Int32
+	s, _ := harness(t, Options{
+		Workers: 4,
+		Runner: RunnerFunc(func(ctx context.Context, tg Target) Outcome {
+			if tg.Namespace == "noisy" {
+				hanging.enter()
+				defer hanging.leave()
+				<-ctx.Done() // never answers: until its timeout (60 s) or removal
+				return Outcome{Reason: "timeout"}
+			}
+			calmRuns.Add(1)
+			return Outcome{Pass: true}
+		}),
+		MaxStartSpread: time.Millisecond,
+	})
+	calm := types.NamespacedName{Namespace: "calm", Name: "web"}
+	s.Set(calm, []Target{nsTarget("calm", "web", "w", 10*time.Millisecond)})
+	noisy := types.NamespacedName{Namespace: "noisy", Name: "hang"}
+	var hangs []Target
+	for i := range 10 {
+		tg := nsTarget("noisy", "hang", fmt.Sprintf("h%d", i), 10*time.Millisecond)
+		tg.Probe.TimeoutSeconds = 60
+		hangs = append(hangs, tg)
+	}
+	s.Set(noisy, hangs)
+	require.Eventually(t, func() bool { return hanging.now.Load() == 2 }, 10*time.Second, 5*time.Millisecond)
+	start := calmRuns.Load()
+	require.Eventually(t, func() bool { return calmRuns.Load() >= start+20 }, 10*time.Second, 5*time.Millisecond,
+		"the calm namespace's probe runs beside the hanging ones")
+	assert.Equal(t, int32(2), hanging.now.Load(), "the noisy namespace has its share in flight, its other runs wait")
+	assert.Equal(t, int32(2), hanging.max.Load(), "and never had more")
+
+	s.Set(calm, nil)
+	require.Eventually(t, func() bool { return hanging.now.Load() == 4 }, 10*time.Second, 5*time.Millisecond,
+		"alone, the namespace may use every worker")
+}
+
+// The agent's own lateness decides nothing: a probe that waits for a worker longer than its
+// period passes when it runs and passes, and a probe that runs into its timeout fails. The late
+// runs are counted, reported once per interval for their resource, and the runner sees when
+// the run was due.
+func TestLateRunsAreReportedAndChangeNoResult(t *testing.T) {
+	type report struct {
+		resource types.NamespacedName
+		lateness time.Duration
+	}
+	var mu sync.Mutex
+	var reports []report
+	var lateSeen atomic.Bool
+	late := types.NamespacedName{Namespace: "late", Name: "db"}
+	const period = 10 * time.Millisecond
+	s, m := harness(t, Options{
+		// Two namespaces with targets: one run each at a time.
+		Workers: 2,
+		Runner: RunnerFunc(func(ctx context.Context, tg Target) Outcome {
+			due, ok := Due(ctx)
+			if !ok {
+				return Outcome{Err: fmt.Errorf("no due time in the run's context")}
+			}
+			if tg.PodName == "hang" {
+				<-ctx.Done() // into the scheduler's deadline: timeoutSeconds + 1 s
+				return Outcome{Reason: "timeout: " + ctx.Err().Error()}
+			}
+			if tg.Namespace == "late" && time.Since(due) > period {
+				lateSeen.Store(true)
+			}
+			return Outcome{Pass: true}
+		}),
+		OnLate: func(r types.NamespacedName, l time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			reports = append(reports, report{r, l})
+		},
+		LateReportInterval: time.Hour,
+		MaxStartSpread:     time.Millisecond,
+	})
+	hang := nsTarget("late", "db", "hang", period)
+	hang.Probe.FailureThreshold = 1
+	pass := nsTarget("late", "db", "pass", period)
+	s.Set(late, []Target{hang, pass})
+	other := types.NamespacedName{Namespace: "other", Name: "web"}
+	s.Set(other, []Target{nsTarget("other", "web", "w", time.Hour)})
+
+	// Each time the hanging probe holds the namespace's one slot (2 s), the passing probe waits
+	// for it far longer than its period.
+	require.Eventually(t, func() bool { return testutil.ToFloat64(m.LateRuns) >= 2 }, 30*time.Second, 10*time.Millisecond)
+	res := s.Results(late)
+	assert.Equal(t, portrule.ProbeResult{State: portrule.Pass}, res[pass.Key], "a late run that passes passes")
+	assert.Equal(t, portrule.Fail, res[hang.Key].State, "a run into its timeout is a failure")
+	assert.Contains(t, res[hang.Key].Reason, "timeout")
+	assert.True(t, lateSeen.Load(), "the runner saw a due time more than a period ago")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, reports, 1, "one report per resource and interval, though %v runs were late", testutil.ToFloat64(m.LateRuns))
+	assert.Equal(t, late, reports[0].resource)
+	assert.Greater(t, reports[0].lateness, period)
+}

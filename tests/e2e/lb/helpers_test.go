@@ -1,0 +1,327 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package lb_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/testkit/metrics"
+	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
+)
+
+// Timing of the scenarios. Probes run every second; a port flips after failureThreshold
+// failures (or successThreshold successes).
+const (
+	periodSeconds    = 1
+	failureThreshold = 2
+	successThreshold = 1
+	timeoutSeconds   = 1
+	// bound is issue 21's deadline for a probe failure to reach a node's health check:
+	// periodSeconds × failureThreshold + timeoutSeconds + 1 s (the publish allowance: the
+	// agent's coalescing, the slice write, kube-proxy's sync). Tests assert 3 × bound.
+	bound = (periodSeconds*failureThreshold+timeoutSeconds)*time.Second + time.Second
+	// recoveryBound is the same for a recovery (successThreshold passes).
+	recoveryBound = (periodSeconds*successThreshold+timeoutSeconds)*time.Second + time.Second
+	// checkInterval is how often the simulated load balancer checks each node, like a cloud
+	// load balancer's health check interval (cloud ones use seconds; 100 ms shows the product's
+	// own delay).
+	checkInterval = 100 * time.Millisecond
+	// minInWindow is the fewest requests a loop must send inside a window (one every 10 ms).
+	minInWindow = 50
+	// minChecksInWindow is the fewest health checks of a node inside a window (one every
+	// 100 ms), so "no failed check" cannot pass on silence.
+	minChecksInWindow = 20
+	// waitFor bounds every wait for a published state (well over 3 × bound).
+	waitFor = time.Minute
+	// poll is the polling interval of those waits.
+	poll = 20 * time.Millisecond
+	// loopFor bounds every background request loop; tests stop theirs long before.
+	loopFor = 10 * time.Minute
+)
+
+// webPorts are the container ports of the web pods.
+var webPorts = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}}
+
+// scene is one scenario's resource: pods a (node-a) and b (node-b) serving HTTP on 8080, the
+// ServiceWithHealthchecks of type LoadBalancer with externalTrafficPolicy: Local that selects
+// them, its child Service's node port and health check node port, and the load balancer
+// polling both nodes.
+type scene struct {
+	ns, name   string
+	a, b       *cluster.Pod
+	srvA, srvB *cluster.Server
+	nodePort   int32
+	hcPort     int32
+	lb         *cluster.LoadBalancer
+	// healthy is when the load balancer first saw both nodes healthy.
+	healthy time.Time
+}
+
+// newScene creates the pods and the resource, waits until both pods are published ready, the
+// child Service has its node port and health check node port, and the load balancer sees both
+// nodes healthy.
+func newScene(t *testing.T, s *stack.Stack, prefix string) *scene {
+	t.Helper()
+	c := s.Cluster
+	sc := &scene{ns: c.Env.CreateNamespaceForTest(t, prefix), name: "web"}
+	labels := map[string]string{"app": "web"}
+	sc.a = c.AddPod(t, cluster.PodSpec{Namespace: sc.ns, Name: "web-a", Node: "node-a", Labels: labels, ContainerPorts: webPorts})
+	sc.b = c.AddPod(t, cluster.PodSpec{Namespace: sc.ns, Name: "web-b", Node: "node-b", Labels: labels, ContainerPorts: webPorts})
+	sc.srvA = sc.a.ServeHTTP(t, 8080)
+	sc.srvB = sc.b.ServeHTTP(t, 8080)
+	swh := &v1alpha1.ServiceWithHealthchecks{
+		ObjectMeta: metav1.ObjectMeta{Namespace: sc.ns, Name: sc.name},
+		Spec: v1alpha1.ServiceWithHealthchecksSpec{
+			Type:                  corev1.ServiceTypeLoadBalancer,
+			ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
+			Selector:              labels,
+			Ports:                 []v1alpha1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}},
+			Healthcheck: &v1alpha1.Healthcheck{InitialDelaySeconds: 0, PeriodSeconds: periodSeconds, Probes: []v1alpha1.Probe{{
+				Mode: v1alpha1.ProbeModeHTTP, TimeoutSeconds: timeoutSeconds, SuccessThreshold: successThreshold, FailureThreshold: failureThreshold,
+				HTTP: &v1alpha1.HTTPProbe{TargetPort: intstr.FromString("http"), Path: "/healthz", Method: "GET", Scheme: corev1.URISchemeHTTP},
+			}}},
+		},
+	}
+	require.NoError(t, c.Env.Client.Create(t.Context(), swh))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		svc := &corev1.Service{}
+		require.NoError(ct, c.Env.Client.Get(t.Context(), client.ObjectKeyFromObject(swh), svc))
+		assert.Equal(ct, corev1.ServiceTypeLoadBalancer, svc.Spec.Type)
+		assert.Equal(ct, corev1.ServiceExternalTrafficPolicyLocal, svc.Spec.ExternalTrafficPolicy)
+		assert.Empty(ct, svc.Spec.Selector, "the child Service has no selector: only the agents' slices feed it")
+		require.Len(ct, svc.Spec.Ports, 1)
+		assert.Positive(ct, svc.Spec.Ports[0].NodePort, "the API server allocated a node port")
+		assert.Positive(ct, svc.Spec.HealthCheckNodePort, "the API server allocated a health check node port")
+		sc.nodePort, sc.hcPort = svc.Spec.Ports[0].NodePort, svc.Spec.HealthCheckNodePort
+	}, waitFor, poll, "the controller creates the LoadBalancer Service of %s", swh.Name)
+	eventuallyEndpoints(t, c, sc.ns, sc.name, map[string]map[string]string{
+		"web-http-node-a": {ip(sc.a): "TTF"},
+		"web-http-node-b": {ip(sc.b): "TTF"},
+	})
+	sc.lb = c.LoadBalancer(t, cluster.LoadBalancerOptions{
+		Nodes: []string{"node-a", "node-b"}, HealthCheckNodePort: sc.hcPort, NodePort: sc.nodePort, CheckInterval: checkInterval,
+	})
+	require.Eventually(t, func() bool { return sc.lb.Healthy("node-a") && sc.lb.Healthy("node-b") }, waitFor, poll,
+		"the load balancer sees both nodes healthy: node-a %s; node-b %s", sc.lb.Checks("node-a"), sc.lb.Checks("node-b"))
+	sc.healthy = time.Now()
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, n := range []string{"node-a", "node-b"} {
+				t.Logf("health checks of %s: %s; changes %v", n, sc.lb.Checks(n), sc.lb.Changes(n))
+			}
+		}
+	})
+	return sc
+}
+
+// nodeAddr is the node's address, where its node ports listen.
+func nodeAddr(c *cluster.Cluster, node string) string { return c.Node(node).IP.String() }
+
+// answeredAt is when a health check's answer arrived.
+func answeredAt(h cluster.HealthCheck) time.Time { return h.Start.Add(h.Duration) }
+
+// requireAllPass asserts that every check of the node between from and to passed with
+// kube-proxy counting one local endpoint, and that there were at least minChecksInWindow.
+func requireAllPass(t *testing.T, lb *cluster.LoadBalancer, node string, from, to time.Time, what string) cluster.HealthChecks {
+	t.Helper()
+	in := lb.Checks(node).Since(from).Before(to)
+	require.GreaterOrEqual(t, len(in), minChecksInWindow, "%s: health checks of %s in the window %s..%s", what, node,
+		from.Format("15:04:05.000"), to.Format("15:04:05.000"))
+	assert.Empty(t, in.NotOK(), "%s: %s never fails its health check: %s", what, node, in)
+	for _, h := range in {
+		if h.LocalEndpoints != 1 {
+			assert.Equal(t, 1, h.LocalEndpoints, "%s: kube-proxy on %s counts its one ready pod at %s", what, node, h)
+			break
+		}
+	}
+	return in
+}
+
+// conds renders endpoint conditions as three letters ready, serving, terminating: "TTF".
+func conds(c discoveryv1.EndpointConditions) string {
+	tf := func(b *bool) string {
+		switch {
+		case b == nil:
+			return "?"
+		case *b:
+			return "T"
+		}
+		return "F"
+	}
+	return tf(c.Ready) + tf(c.Serving) + tf(c.Terminating)
+}
+
+// endpointsOf reads a resource's slices as slice name -> endpoint address -> conditions.
+func endpointsOf(ctx context.Context, c *cluster.Cluster, ns, resource string) (map[string]map[string]string, error) {
+	var list discoveryv1.EndpointSliceList
+	if err := c.Env.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{slicemeta.LabelResource: resource}); err != nil {
+		return nil, fmt.Errorf("listing the slices of %s/%s: %w", ns, resource, err)
+	}
+	out := map[string]map[string]string{}
+	for _, s := range list.Items {
+		eps := map[string]string{}
+		for _, e := range s.Endpoints {
+			eps[e.Addresses[0]] = conds(e.Conditions)
+		}
+		out[s.Name] = eps
+	}
+	return out, nil
+}
+
+// eventuallyEndpoints waits until the resource's slices are exactly want.
+func eventuallyEndpoints(t *testing.T, c *cluster.Cluster, ns, resource string, want map[string]map[string]string) {
+	t.Helper()
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		got, err := endpointsOf(t.Context(), c, ns, resource)
+		require.NoError(ct, err)
+		assert.Equal(ct, want, got)
+	}, waitFor, poll, "the slices of %s/%s", ns, resource)
+}
+
+func ip(p *cluster.Pod) string { return p.IP.String() }
+
+// waitRequestsAfter waits until the loop has sent n requests that started after t.
+func waitRequestsAfter(tb testing.TB, tr *cluster.Traffic, after time.Time, n int) {
+	tb.Helper()
+	require.Eventually(tb, func() bool { return len(tr.Results().Since(after)) >= n }, waitFor, poll,
+		"%d requests after %s", n, after.Format("15:04:05.000"))
+}
+
+// waitChecksAfter waits until the load balancer has checked the node n times after t.
+func waitChecksAfter(tb testing.TB, lb *cluster.LoadBalancer, node string, after time.Time, n int) {
+	tb.Helper()
+	require.Eventually(tb, func() bool { return len(lb.Checks(node).Since(after)) >= n }, waitFor, poll,
+		"%d health checks of %s after %s", n, node, after.Format("15:04:05.000"))
+}
+
+// requireWindow asserts that the loop spanned [from, to] and sent at least minInWindow requests
+// inside it; it returns the window's requests.
+func requireWindow(t *testing.T, res cluster.Results, name string, from, to time.Time) cluster.Results {
+	t.Helper()
+	require.NotEmpty(t, res.Before(from), "%s: the loop started before the window", name)
+	require.NotEmpty(t, res.Since(to), "%s: the loop went on after the window", name)
+	in := res.Since(from).Before(to)
+	require.GreaterOrEqual(t, len(in), minInWindow, "%s: requests inside the window %s..%s", name,
+		from.Format("15:04:05.000"), to.Format("15:04:05.000"))
+	return in
+}
+
+// failures summarises failed requests for an assertion message.
+func failures(r cluster.Results) string {
+	f := r.Failed()
+	if len(f) == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%d failed from %s to %s, first: %s", len(f),
+		f[0].Start.Format("15:04:05.000"), f[len(f)-1].Start.Format("15:04:05.000"), f[0].Err)
+}
+
+// scrapeSum reads a program's /metrics and sums every sample of the metric name.
+func scrapeSum(ctx context.Context, addr, name string) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	fams, err := metrics.Get(ctx, addr)
+	if err != nil {
+		return 0, err
+	}
+	return fams.Sum(name, nil), nil
+}
+
+// requireProbedAgain waits until the node's (new) agent has run every probe of its targets
+// failureThreshold+2 times: enough for every endpoint to reach a decisive result and for a write
+// that would follow it to have happened.
+func requireProbedAgain(t *testing.T, s *stack.Stack, node string, targets int) {
+	t.Helper()
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		n, err := scrapeSum(t.Context(), s.AgentMetricsAddr(node), "swh_agent_probe_results_total")
+		require.NoError(ct, err)
+		assert.GreaterOrEqual(ct, n, float64(targets*(failureThreshold+2)), "probes run by the new agent of %s", node)
+	}, waitFor, poll)
+}
+
+// electionHolder is the holderIdentity of the controllers' leader election Lease.
+func electionHolder(ctx context.Context, s *stack.Stack) (string, error) {
+	var l coordinationv1.Lease
+	if err := s.Client().Get(ctx, client.ObjectKey{Namespace: stack.Namespace, Name: stack.LeaderElectionID}, &l); err != nil {
+		return "", fmt.Errorf("reading the leader election Lease: %w", err)
+	}
+	if l.Spec.HolderIdentity == nil {
+		return "", nil
+	}
+	return *l.Spec.HolderIdentity, nil
+}
+
+// keptConn is one HTTP/1.1 keep-alive connection to an address: requests after the first go
+// over the same connection, so they stay with the endpoint kube-proxy chose when it opened.
+type keptConn struct {
+	hc  *http.Client
+	url string
+}
+
+func newKeptConn(t *testing.T, addr string) *keptConn {
+	t.Helper()
+	tr := &http.Transport{Proxy: nil, MaxConnsPerHost: 1, MaxIdleConnsPerHost: 1, IdleConnTimeout: 5 * time.Minute,
+		DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext}
+	k := &keptConn{hc: &http.Client{Transport: tr, Timeout: 5 * time.Second}, url: "http://" + addr + "/"}
+	t.Cleanup(tr.CloseIdleConnections)
+	return k
+}
+
+// get sends one request and returns the pod that answered and whether the connection was reused.
+func (k *keptConn) get(ctx context.Context) (pod string, reused bool, err error) {
+	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { reused = info.Reused }}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet, k.url, nil)
+	if err != nil {
+		return "", false, err
+	}
+	resp, err := k.hc.Do(req)
+	if err != nil {
+		return "", reused, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		return "", reused, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", reused, fmt.Errorf("status %s", resp.Status)
+	}
+	return strings.TrimSpace(string(body)), reused, nil
+}
+
+// figures logs one line of measured figures (run with -v; collected into
+// development/BENCHMARKS.md, "End-to-end: external load balancers").
+func figures(t *testing.T, scenario string, kv ...any) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "FIGURES scenario=%q", scenario)
+	for i := 0; i+1 < len(kv); i += 2 {
+		v := kv[i+1]
+		if d, ok := v.(time.Duration); ok {
+			v = d.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(&b, " %v=%v", kv[i], v)
+	}
+	t.Log(b.String())
+}
