@@ -230,16 +230,28 @@ func TestDecide(t *testing.T) {
 			slices:   map[string][]string{"vm-web-node-a": {"10.0.0.1=TTF"}, "vm-smtp-node-a": {"10.0.0.1=FFF"}},
 		},
 		"a port serving again is a transition, reported once for a dual-stack pod": {
-			swh:      vm(webProbe, smtpProbe),
+			swh: func() *v1alpha1.ServiceWithHealthchecks {
+				swh := vm(webProbe, smtpProbe)
+				policy := corev1.IPFamilyPolicyRequireDualStack
+				swh.Spec.IPFamilyPolicy = &policy
+				return swh
+			}(),
 			pods:     []*corev1.Pod{vmPod("vm-1", dualStack)},
 			state:    map[string]map[int]portrule.State{"vm-1": {0: pass, 1: pass}},
 			existing: writtenWith(map[string]map[int]portrule.State{"vm-1": {0: pass, 1: fail}}),
 			targets:  []string{"vm-1/HTTP@10.0.0.1:8080", "vm-1/TCP@10.0.0.1:2525"},
 			slices: map[string][]string{
-				"vm-web-node-a": {"10.0.0.1=TTF"}, "vm-web-node-a-ipv6": {"fd00::1=TTF"},
-				"vm-smtp-node-a": {"10.0.0.1=TTF"}, "vm-smtp-node-a-ipv6": {"fd00::1=TTF"},
+				"vm-web-node-a": {"10.0.0.1=TTF"}, "vm-web--node-a-ipv6": {"fd00::1=TTF"},
+				"vm-smtp-node-a": {"10.0.0.1=TTF"}, "vm-smtp--node-a-ipv6": {"fd00::1=TTF"},
 			},
 			transitions: []string{"pod vm-1, port smtp: probes pass"},
+		},
+		"a dual-stack pod of a single-stack resource is published in the family of its ClusterIP only": {
+			swh:     vm(webProbe, smtpProbe),
+			pods:    []*corev1.Pod{vmPod("vm-1", dualStack)},
+			state:   map[string]map[int]portrule.State{"vm-1": {0: pass, 1: pass}},
+			targets: []string{"vm-1/HTTP@10.0.0.1:8080", "vm-1/TCP@10.0.0.1:2525"},
+			slices:  map[string][]string{"vm-web-node-a": {"10.0.0.1=TTF"}, "vm-smtp-node-a": {"10.0.0.1=TTF"}},
 		},
 		"an undecided endpoint keeps what its slice says": {
 			swh:      vm(webProbe, smtpProbe),

@@ -109,10 +109,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{}, err
 	}
 
-	// The per-port counts are computed once: the adoption waits on them, the status shows them.
+	// The per-port counts are computed once, for the status. The adoption waits until every
+	// port has a ready endpoint in every family of the Service (WithoutReadyIn).
 	owned := status.Owned(&swh, slices)
 	ports := status.Ports(&swh, owned)
-	out, svcErr := r.syncService(ctx, &swh, live, status.WithoutReady(ports))
+	out, svcErr := r.syncService(ctx, &swh, live, status.WithoutReadyIn(&swh, owned, status.ServiceFamilies(live)))
 	gcErr := r.collectSlices(ctx, &swh, slices)
 	var stErr error
 	if !conflict(svcErr) && !out.requeue {
