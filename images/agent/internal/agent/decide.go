@@ -91,8 +91,10 @@ func Decide(o Observed) Decision {
 	// to hold it without allocating each entry).
 	verdicts := make(map[servingKey]int, len(o.Pods)*len(swh.Spec.Ports))
 	decided := make([]Transition, 0, len(o.Pods)*len(swh.Spec.Ports))
-	// One results buffer for every pod: Evaluate does not keep it.
+	// One results buffer for every pod: Evaluate does not keep it. One endpoints buffer for
+	// every pod: each pod's endpoints are a window of it, which sliceplan reads and copies.
 	results := make(portrule.Results, len(probes))
+	endpoints := make([]portrule.Endpoint, 0, len(o.Pods)*max(1, len(swh.Spec.Ports)))
 	for _, pod := range o.Pods {
 		b := portrule.Bind(&swh.Spec, pod)
 		clear(results)
@@ -121,7 +123,9 @@ func Decide(o Observed) Decision {
 				}
 			}
 		}
-		eps := b.Evaluate(&swh.Spec, results)
+		first := len(endpoints)
+		endpoints = b.AppendEvaluate(endpoints, &swh.Spec, results)
+		eps := endpoints[first:len(endpoints):len(endpoints)]
 		pods = append(pods, sliceplan.Pod{Pod: pod, Endpoints: eps})
 		for _, e := range eps {
 			if !e.Published || !e.Decided || len(e.Probes) == 0 {

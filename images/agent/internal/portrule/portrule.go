@@ -202,6 +202,8 @@ type PortBinding struct {
 	// Probes lists, by index, the probes of this port's own (rule 2); the whole-pod probes
 	// check it too.
 	Probes []int
+	// Checked lists every probe that checks this port: Probes, then the whole-pod probes.
+	Checked []int
 }
 
 // ProbeBinding is one probe on the pod.
@@ -238,8 +240,9 @@ func Bind(spec *v1alpha1.ServiceWithHealthchecksSpec, pod *corev1.Pod) Binding {
 	probes := spec.Healthcheck.Probes
 	b.Probes = make([]ProbeBinding, len(probes))
 	// The index lists share one backing array (a reconcile binds every pod): each probe's list
-	// of ports is cut from it, then the whole-pod list, then each port's list of probes.
-	arena := make([]int, 0, 2*len(probes)*len(spec.Ports)+len(probes))
+	// of ports is cut from it, then the whole-pod list, then each port's own probes and the
+	// probes that check it.
+	arena := make([]int, 0, 3*len(probes)*len(spec.Ports)+len(probes))
 	for pi, p := range probes {
 		t := p.TargetPort()
 		n, ok := ResolvePort(pod, t, corev1.ProtocolTCP)
@@ -277,6 +280,16 @@ func Bind(spec *v1alpha1.ServiceWithHealthchecksSpec, pod *corev1.Pod) Binding {
 		if len(arena) > start {
 			b.Ports[i].Probes = arena[start:len(arena):len(arena)]
 		}
+		switch {
+		case len(b.WholePod) == 0:
+			b.Ports[i].Checked = b.Ports[i].Probes
+		case len(b.Ports[i].Probes) == 0:
+			b.Ports[i].Checked = b.WholePod
+		default:
+			start = len(arena)
+			arena = append(append(arena, b.Ports[i].Probes...), b.WholePod...)
+			b.Ports[i].Checked = arena[start:len(arena):len(arena)]
+		}
 	}
 	return b
 }
@@ -289,6 +302,13 @@ func Evaluate(spec *v1alpha1.ServiceWithHealthchecksSpec, pod *corev1.Pod, resul
 // Evaluate returns the pod's Endpoint on every Service port of spec, in order, from the
 // thresholded results of its probes (rules 4 to 7).
 func (b Binding) Evaluate(spec *v1alpha1.ServiceWithHealthchecksSpec, results Results) []Endpoint {
+	return b.AppendEvaluate(nil, spec, results)
+}
+
+// AppendEvaluate is Evaluate appending to dst and returning the extended slice, so that one
+// buffer can hold the endpoints of every pod of a reconcile (one allocation instead of one per
+// pod). The pod's endpoints are the returned slice's last entries, one per port.
+func (b Binding) AppendEvaluate(dst []Endpoint, spec *v1alpha1.ServiceWithHealthchecksSpec, results Results) []Endpoint {
 	var probes []v1alpha1.Probe
 	if spec.Healthcheck != nil {
 		probes = spec.Healthcheck.Probes
@@ -300,9 +320,12 @@ func (b Binding) Evaluate(spec *v1alpha1.ServiceWithHealthchecksSpec, results Re
 		ports = []PortBinding{{Resolved: true}}
 		index = func(int) int { return NoPort }
 	}
-	out := make([]Endpoint, len(ports))
+	first := len(dst)
+	dst = slices.Grow(dst, len(ports))[:first+len(ports)]
+	out := dst[first:]
 	for i, pb := range ports {
 		e := &out[i]
+		*e = Endpoint{}
 		e.PortIndex = index(i)
 		e.PublishNotReady = spec.PublishNotReadyAddresses
 		e.TargetPort = pb.TargetPort
@@ -311,15 +334,10 @@ func (b Binding) Evaluate(spec *v1alpha1.ServiceWithHealthchecksSpec, results Re
 			continue
 		}
 		e.Terminating = b.Terminating
-		// Shared with the binding where one of the two lists is empty (mostly): the endpoint
-		// does not change it.
-		switch {
-		case len(b.WholePod) == 0:
-			e.Probes = pb.Probes
-		case len(pb.Probes) == 0:
+		// Shared with the binding: the endpoint does not change it.
+		e.Probes = pb.Checked
+		if len(spec.Ports) == 0 {
 			e.Probes = b.WholePod
-		default:
-			e.Probes = append(append(make([]int, 0, len(pb.Probes)+len(b.WholePod)), pb.Probes...), b.WholePod...)
 		}
 		var serving bool
 		if len(e.Probes) == 0 {
@@ -335,7 +353,7 @@ func (b Binding) Evaluate(spec *v1alpha1.ServiceWithHealthchecksSpec, results Re
 		}
 		e.Ready, e.Serving, e.Terminating = Conditions(serving, b.Terminating, spec.PublishNotReadyAddresses)
 	}
-	return out
+	return dst
 }
 
 // verdict combines the probes that check a port: any failure fails it (decided), all passing
