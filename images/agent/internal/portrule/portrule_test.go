@@ -332,3 +332,28 @@ func TestEvaluateWithoutPorts(t *testing.T) {
 		})
 	}
 }
+
+func TestAppendEvaluateKeepsThePodsBeforeAndMatchesEvaluate(t *testing.T) {
+	spec := &v1alpha1.ServiceWithHealthchecksSpec{
+		Ports: webSMTP(),
+		Healthcheck: &v1alpha1.Healthcheck{Probes: []v1alpha1.Probe{
+			tcpProbe(intstr.FromInt32(2525)), httpProbe(intstr.FromString("health")),
+		}},
+	}
+	failing := Results{0: {State: Fail, Reason: "connection refused"}, 1: {State: Pass}}
+	passing := Results{0: {State: Pass}, 1: {State: Pass}}
+	first, second := Bind(spec, newPod()), Bind(spec, newPod(notReady))
+
+	buf := first.AppendEvaluate(make([]Endpoint, 0, 1), spec, failing) // too small: it grows
+	firstCopy := append([]Endpoint(nil), buf...)
+	buf = second.AppendEvaluate(buf, spec, passing)
+
+	require.Len(t, buf, 4, "two pods, two ports each")
+	assert.Equal(t, first.Evaluate(spec, failing), buf[:2], "the first pod's endpoints")
+	assert.Equal(t, firstCopy, buf[:2], "appending the second pod leaves the first one's alone")
+	assert.Equal(t, second.Evaluate(spec, passing), buf[2:], "the second pod's endpoints")
+	assert.Equal(t, []int{0, 1}, buf[1].Probes, "smtp: its own probe, then the whole-pod one")
+	assert.Equal(t, []int{1}, buf[0].Probes, "web: only the whole-pod probe")
+	assert.False(t, buf[1].Serving, "smtp fails on the first pod")
+	assert.True(t, buf[3].Serving, "smtp serves on the second pod, whose Ready condition is not consulted")
+}
