@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
+# Copyright The service-with-healthchecks Authors.
+# SPDX-License-Identifier: Apache-2.0
 # Runs every benchmark suite in a fixed order and prints one markdown report to stdout
 # (`make bench`). Results worth keeping go to development/BENCHMARKS.md by hand, with the machine load.
 #
 # Contract for a suite (one folder per suite, bench/<suite>/run.sh):
-#   - Order: probes, capacity, publish, writes, scale, noisy-neighbour. A suite whose run.sh is
+#   - Order: probes, capacity, publish, writes, scale, fleet, noisy-neighbour. A suite whose run.sh is
 #     missing (or not executable) is skipped with a note; a folder with a run.sh that is not in
 #     this list runs after them, in name order, so a new suite is never silently left out.
 #   - The suite's run.sh is called with no arguments, from the repository root, with REPO_ROOT
@@ -23,7 +25,7 @@
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 export REPO_ROOT="$root"
-order=(probes capacity publish writes scale noisy-neighbour)
+order=(probes capacity publish writes scale fleet noisy-neighbour)
 
 # Suites that exist but are not in the fixed order run last, in name order.
 for d in "$root"/bench/*/; do

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright The service-with-healthchecks Authors.
+# SPDX-License-Identifier: Apache-2.0
 # Builds the module's programs as static binaries (CGO_ENABLED=0, trimmed paths), the way the
 # images are built: werf's images/*/werf.inc.yaml run this script, and CI runs it through
 # `make build`. Each program builds alone (GOWORK=off), like in its image.

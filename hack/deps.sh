@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright The service-with-healthchecks Authors.
+# SPDX-License-Identifier: Apache-2.0
 # Installs the Debian packages the tests need, when they are missing and we are root.
 # Without root it prints the exact command to run and fails.
 set -euo pipefail

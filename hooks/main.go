@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command hooks is the module's hooks binary: Deckhouse runs it to list, configure and run the
 // Go hooks registered by the blank-imported packages.
 package main

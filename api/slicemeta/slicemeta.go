@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package slicemeta holds what the controller and the agent must agree on about the
 // EndpointSlices this module manages: their names, labels, annotations and ownership.
 // Everything here is a pure function of plain values.
@@ -42,7 +45,12 @@ const (
 	// MaxNameLength is the longest object name (a DNS subdomain).
 	MaxNameLength = 253
 
-	// ipv6Suffix ends the name of an IPv6 slice; IPv4 slices carry no suffix.
+	// ipv6Marker comes between the port and the node in the name of an IPv6 slice: the extra
+	// dash can never follow the port in an IPv4 name, where a node name (which starts with a
+	// letter or digit) or its digest does.
+	ipv6Marker = "-"
+	// ipv6Suffix ends the name of an IPv6 slice, for the reader; the marker is what keeps the
+	// names of the two families apart.
 	ipv6Suffix = "-ipv6"
 	// digestLength is how many hex characters of the node name's SHA-256 stand for a long name.
 	digestLength = 16
@@ -79,16 +87,48 @@ func NodeDigest(node string) string {
 }
 
 // Name is the name of the slice: <resource>-<port>-<node>, or <resource>-<node> for a single
-// unnamed port, then -<number> for a split port and -ipv6 for an IPv6 slice. When that is longer
-// than an object name may be, the node name is replaced by its digest.
+// unnamed port, then -<number> for a split port. An IPv6 slice has a second dash before the node
+// and ends in -ipv6: <resource>-<port>--<node>-ipv6 (<resource>--<node>-ipv6). When the name is
+// longer than an object name may be, the node name is replaced by its digest.
+//
+// The double dash keeps the families apart: in an IPv4 name a node name, which starts with a
+// letter or digit, follows the port's dash, so no IPv4 slice of a (resource, port) can have the
+// name of an IPv6 one, whatever the node names (a suffix alone could not: the IPv4 slice of a
+// node "x-ipv6" would be the IPv6 slice of node "x"). Both families start with
+// Prefix(resource, port), so every slice of a resource is found by that prefix, and two
+// resources' names collide on every node exactly when their prefixes are equal, as before.
+// IPv6 slices were named <resource>-<port>-<node>-ipv6 until this rule (LegacyName).
 func (k SliceKey) Name() string {
 	suffix := ""
 	if k.SplitPort != 0 {
 		suffix += "-" + strconv.Itoa(int(k.SplitPort))
 	}
+	prefix := Prefix(k.Resource, k.Port)
 	if k.AddressType == discoveryv1.AddressTypeIPv6 {
+		prefix += ipv6Marker
 		suffix += ipv6Suffix
 	}
+	if len(prefix)+len(k.Node)+len(suffix) <= MaxNameLength {
+		return prefix + k.Node + suffix
+	}
+	return prefix + NodeDigest(k.Node) + suffix
+}
+
+// LegacyName is the name the slice had before the IPv6 marker (Name): the same as Name for an
+// IPv4 slice, <resource>-<port>-<node>[-<number>]-ipv6 for an IPv6 one. An agent upgraded
+// from a version that named IPv6 slices so finds them by their labels and annotation (they are
+// its own slices of the same resource, port and node), publishes the new name and deletes the
+// old one; LegacyName only lets it recognise an old unsuffixed slice as the primary of a split
+// port.
+func (k SliceKey) LegacyName() string {
+	if k.AddressType != discoveryv1.AddressTypeIPv6 {
+		return k.Name()
+	}
+	suffix := ""
+	if k.SplitPort != 0 {
+		suffix += "-" + strconv.Itoa(int(k.SplitPort))
+	}
+	suffix += ipv6Suffix
 	prefix := Prefix(k.Resource, k.Port)
 	if len(prefix)+len(k.Node)+len(suffix) <= MaxNameLength {
 		return prefix + k.Node + suffix

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package slicemeta
 
 import (
@@ -29,8 +32,16 @@ func TestSliceName(t *testing.T) {
 			key:  SliceKey{Resource: "web", Port: "http", Node: "worker-1", SplitPort: 8081},
 			want: "web-http-worker-1-8081",
 		},
-		"an IPv6 slice ends in -ipv6": {
+		"an IPv6 slice has a double dash before the node and ends in -ipv6": {
 			key:  SliceKey{Resource: "web", Port: "http", Node: "worker-1", AddressType: discoveryv1.AddressTypeIPv6},
+			want: "web-http--worker-1-ipv6",
+		},
+		"an IPv6 slice of a single unnamed port has the double dash after the resource": {
+			key:  SliceKey{Resource: "web", Node: "worker-1", AddressType: discoveryv1.AddressTypeIPv6},
+			want: "web--worker-1-ipv6",
+		},
+		"the IPv4 slice of a node named like an IPv6 slice keeps the single dash": {
+			key:  SliceKey{Resource: "web", Port: "http", Node: "worker-1-ipv6"},
 			want: "web-http-worker-1-ipv6",
 		},
 		"an explicit IPv4 slice has no suffix": {
@@ -43,7 +54,19 @@ func TestSliceName(t *testing.T) {
 		},
 		"a long node with split port and IPv6 keeps both suffixes": {
 			key:  SliceKey{Resource: "web", Port: "http", Node: long, SplitPort: 9, AddressType: discoveryv1.AddressTypeIPv6},
-			want: "web-http-" + NodeDigest(long) + "-9-ipv6",
+			want: "web-http--" + NodeDigest(long) + "-9-ipv6",
+		},
+		"an IPv6 split port carries its number before -ipv6": {
+			key:  SliceKey{Resource: "web", Port: "http", Node: "worker-1", SplitPort: 8081, AddressType: discoveryv1.AddressTypeIPv6},
+			want: "web-http--worker-1-8081-ipv6",
+		},
+		"a node name that just fits an IPv4 name is kept there": {
+			key:  SliceKey{Resource: "web", Port: "http", Node: strings.Repeat("n", 253-len("web-http-"))},
+			want: "web-http-" + strings.Repeat("n", 253-len("web-http-")),
+		},
+		"the same node name is replaced by its digest in the longer IPv6 name": {
+			key:  SliceKey{Resource: "web", Port: "http", Node: strings.Repeat("n", 253-len("web-http-")), AddressType: discoveryv1.AddressTypeIPv6},
+			want: "web-http--" + NodeDigest(strings.Repeat("n", 253-len("web-http-"))) + "-ipv6",
 		},
 	}
 	for name, tc := range tests {
@@ -52,6 +75,55 @@ func TestSliceName(t *testing.T) {
 			assert.Equal(t, tc.want, got)
 			assert.LessOrEqual(t, len(got), MaxNameLength)
 			assert.Empty(t, validation.IsDNS1123Subdomain(got), "slice name must be a valid object name")
+		})
+	}
+}
+
+// The families' names never meet: for every pair of node names, the IPv4 slice of one and the
+// IPv6 slice of the other (with or without split ports) differ. The node names are the ones a
+// suffix or prefix rule would confuse: a node named like another's IPv6 slice, nodes whose
+// names start or end with "ipv6", nodes with dots and double dashes.
+func TestSliceNamesOfTheTwoFamiliesNeverCollide(t *testing.T) {
+	nodes := []string{
+		"x", "x-ipv6", "x-ipv6-ipv6", "ipv6", "ipv6-x", "x--y", "x--y-ipv6", "x.ipv6", "x-8081", "x-8081-ipv6",
+		"8081-x", "x.y-ipv6", NodeDigest(strings.Repeat("z", 250)), strings.Repeat("z", 250), strings.Repeat("z", 245) + "-ipv6",
+	}
+	for _, port := range []string{"", "http", "a-b"} {
+		for _, split := range []int32{0, 8081} {
+			seen := map[string]SliceKey{}
+			for _, node := range nodes {
+				for _, family := range []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6} {
+					k := SliceKey{Resource: "web", Port: port, Node: node, SplitPort: split, AddressType: family}
+					name := k.Name()
+					if other, dup := seen[name]; dup && other.AddressType != family {
+						t.Errorf("%+v and %+v share the name %q", other, k, name)
+					}
+					seen[name] = k
+				}
+			}
+		}
+	}
+	// The old rule had exactly the collision the issue names.
+	assert.Equal(t,
+		SliceKey{Resource: "web", Port: "http", Node: "x-ipv6"}.LegacyName(),
+		SliceKey{Resource: "web", Port: "http", Node: "x", AddressType: discoveryv1.AddressTypeIPv6}.LegacyName(),
+		"the old rule named the IPv4 slice of node x-ipv6 and the IPv6 slice of node x alike")
+}
+
+func TestLegacyName(t *testing.T) {
+	long := strings.Repeat("n", 250)
+	tests := map[string]struct {
+		key  SliceKey
+		want string
+	}{
+		"an IPv4 slice keeps its name":                 {key: SliceKey{Resource: "web", Port: "http", Node: "w1"}, want: "web-http-w1"},
+		"an IPv6 slice had the -ipv6 suffix only":      {key: SliceKey{Resource: "web", Port: "http", Node: "w1", AddressType: discoveryv1.AddressTypeIPv6}, want: "web-http-w1-ipv6"},
+		"an IPv6 split port had its number before it":  {key: SliceKey{Resource: "web", Port: "http", Node: "w1", SplitPort: 9, AddressType: discoveryv1.AddressTypeIPv6}, want: "web-http-w1-9-ipv6"},
+		"a long node name of an IPv6 slice was hashed": {key: SliceKey{Resource: "web", Port: "http", Node: long, AddressType: discoveryv1.AddressTypeIPv6}, want: "web-http-" + NodeDigest(long) + "-ipv6"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			assert.Equal(t, tc.want, tc.key.LegacyName())
 		})
 	}
 }

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package v1alpha1 holds the ServiceWithHealthchecks API of the network.deckhouse.io group.
 //
 // +kubebuilder:object:generate=true

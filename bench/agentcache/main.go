@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command agentcache measures what other nodes cost one agent (issue 19 part 1): the agent
 // program (images/agent/cmd/agent) for one node, against a real kube-apiserver holding 0, 10,000
 // and 50,000 EndpointSlices of other nodes — written the way those nodes' agents write them —

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright The service-with-healthchecks Authors.
+# SPDX-License-Identifier: Apache-2.0
 # Agent cost of other nodes (issue 19 part 1): builds the agent program and this benchmark, then,
 # for each count of other nodes' EndpointSlices in a fresh kube-apiserver, starts the agent for
 # one node and reports its RSS and its CPU time over a window in which some of those slices

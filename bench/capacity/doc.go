@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package capacity holds the kubelet side and the floor of the probe capacity benchmark
 // (bench/capacity/run.sh): the kubelet's own probe code (k8s.io/kubernetes/pkg/probe/tcp and
 // http) driven the way the kubelet drives it (one goroutine with a ticker per probe,

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright The service-with-healthchecks Authors.
+# SPDX-License-Identifier: Apache-2.0
 # Probe capacity of one agent (issue 11, benchmark 1; the floor: issue 19, part 7): n targets
 # with a 1 s period, TCP and HTTP, probed by the agent's scheduler and prober (BenchmarkCapacity
 # in images/agent/internal/scheduler), for the ratios by the kubelet's own probe code driven the

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright The service-with-healthchecks Authors.
+# SPDX-License-Identifier: Apache-2.0
 # Measures end-to-end scenario 1 of issue 10 (tests/e2e/postgres, BenchmarkDBWriteSwitch): the
 # real programs on the cluster harness, a PostgreSQL primary and replica in pods, db-write from
 # docs/examples/; each round promotes the replica, stops the old primary and measures how long

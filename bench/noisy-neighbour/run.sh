@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright The service-with-healthchecks Authors.
+# SPDX-License-Identifier: Apache-2.0
 # Noisy neighbour (issue 16, part 2): one namespace's probes cannot delay another's. In one
 # namespace NOISY_HANGING HTTP probes against servers that accept and never answer
 # (timeoutSeconds 60), in another NOISY_NORMAL pods probed over HTTP every second; one agent with

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright The service-with-healthchecks Authors.
+# SPDX-License-Identifier: Apache-2.0
 # Runs the probe benchmarks of the agent (images/agent/internal/prober: TCP, HTTP, PostgreSQL)
 # and of the kubelet (this module: k8s.io/kubernetes/pkg/probe/{tcp,http}) against the same kind
 # of local servers. Both test binaries are built first and then run in alternation, ROUNDS times,

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command publish measures publish latency: from a decisive probe result to the EndpointSlice
 // change a watcher sees, for the agent program (images/agent/cmd/agent) and, side by side on
 // the same API server, for kube-controller-manager's EndpointSlice controller reacting to a

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright The service-with-healthchecks Authors.
+# SPDX-License-Identifier: Apache-2.0
 # Publish latency: builds the agent program and this benchmark, then measures, side by side on
 # one API server, the agent (decisive probe → EndpointSlice watch event) and
 # kube-controller-manager's EndpointSlice controller (pod status update → watch event) with

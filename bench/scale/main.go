@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command scale measures the controller program (images/controller/cmd/controller) at scale:
 // many ServiceWithHealthchecks created at once against a real kube-apiserver whose Service
 // range is a /16. Each round starts a fresh control plane and a fresh controller process, then

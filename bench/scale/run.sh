@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright The service-with-healthchecks Authors.
+# SPDX-License-Identifier: Apache-2.0
 # Controller scale: builds the controller program and this benchmark, then creates RESOURCES
 # ServiceWithHealthchecks at once against a fresh kube-apiserver (--service-cluster-ip-range a
 # /16) ROUNDS times, with a fresh controller process each round. Prints a markdown section

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command writes measures the API write economy of the agent and the controller (issue 11,
 // benchmark 3): EndpointSlice and status writes per minute while 1 000 endpoints are stable
 // (goal: none), and under a flap storm (100 endpoints changing every probe period) the writes

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright The service-with-healthchecks Authors.
+# SPDX-License-Identifier: Apache-2.0
 # API write economy (issue 11, benchmark 3): the real agent and controller programs against a
 # real API server in an isolated test cluster (needs root, like the cluster tests), 1 000
 # endpoints of one resource as bulk pods (testkit/cluster, one network namespace); EndpointSlice

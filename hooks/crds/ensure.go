@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package crds installs and updates the module's CustomResourceDefinitions when the module
 // starts, with module-sdk's common hook.
 package crds

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package credentials wires PostgreSQL credential Secrets to the agent's RBAC. It snapshots which
 // Secrets the ServiceWithHealthchecks resources reference and which credential Secrets exist
 // (metadata and key names only, never values), and writes the internal values the templates

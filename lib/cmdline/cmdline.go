@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cmdline is the one command-line stack of the module's programs (the agent and the
 // controller): pflag flag sets with a --help that lists every flag and its default, the flags
 // both programs share (--kubeconfig, --kube-api-qps, --kube-api-burst, --metrics-bind-address,

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package metricsdesc lists the metrics a program registers without serving them: the hidden
 // describe-metrics command of the agent and of the controller prints them, and tests/monitoring
 // and the docs/METRICS.md check read that list.

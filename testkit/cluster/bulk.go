@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package cluster
 
 import (
@@ -117,7 +120,7 @@ func (c *Cluster) NewBulkPods(ctx context.Context, spec BulkSpec) (b *BulkPods, 
 			return nil, err
 		}
 		b.Pods = append(b.Pods, &Pod{
-			Namespace: spec.Namespace, Name: spec.NamePrefix + "-" + strconv.Itoa(i), Node: spec.Node, IP: podIP,
+			Namespace: spec.Namespace, Name: spec.NamePrefix + "-" + strconv.Itoa(i), Node: spec.Node, IP: podIP, IPs: []netip.Addr{podIP},
 			c: c, zone: node.Zone, servers: map[*Server]struct{}{},
 		})
 		b.byAddr[podIP] = i
@@ -146,7 +149,7 @@ func (c *Cluster) NewBulkPods(ctx context.Context, spec BulkSpec) (b *BulkPods, 
 	if err := b.each(ctx, func(ctx context.Context, p *Pod) error {
 		s := podSpec
 		s.Name = p.Name
-		return p.createObject(ctx, s, node.IP)
+		return p.createObject(ctx, s, node)
 	}); err != nil {
 		return b, err
 	}

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cluster builds a small Kubernetes cluster for tests that is real where the module
 // touches it: a real kube-apiserver and etcd (testkit/controlplane), Node objects, pods that are
 // network namespaces with real addresses and real servers, a real kube-proxy in nftables mode
@@ -72,6 +75,13 @@ type Options struct {
 	// KubeProxyOutput receives kube-proxy's log. Nil keeps it in a file that is printed when
 	// kube-proxy fails to start, or sent to stderr when SWH_TEST_KUBEPROXY_OUTPUT=1.
 	KubeProxyOutput io.Writer
+	// DualStack makes an IPv4/IPv6 dual-stack cluster (IPv4 primary): the cluster namespace and
+	// every node get an IPv6 address too (nodes report both InternalIPs), the API server a
+	// dual-stack service range (ServiceCIDR, ServiceCIDR6) and pods an address of each family
+	// unless PodSpec.IPFamilies says otherwise; kube-proxy programs both families. With Env
+	// set, the running API server must have been started with both ranges. Not with
+	// NodeKubeProxies (whose pods are IPv4 only).
+	DualStack bool
 	// NodeKubeProxies gives every node a network namespace of its own as its host network (the
 	// node's InternalIP, the node ends of its pods' veth pairs) and runs a kube-proxy in each
 	// (nftables, --hostname-override=<node>, node ports and health check node ports on the
@@ -91,6 +101,7 @@ type Cluster struct {
 
 	ownEnv    bool
 	kubeProxy *kubeProxy
+	dualStack bool
 	// nodeNets are the nodes' own networks (Options.NodeKubeProxies), by node name; nil
 	// without.
 	nodeNets map[string]*nodeNet
@@ -104,6 +115,8 @@ type NodeInfo struct {
 	Node
 	// IP is the node's InternalIP.
 	IP netip.Addr
+	// IP6 is the node's IPv6 InternalIP in a dual-stack cluster (zero otherwise).
+	IP6 netip.Addr
 }
 
 // ErrNotRoot is returned by New when the process cannot build network namespaces.
@@ -173,7 +186,10 @@ func New(opts Options) (c *Cluster, err error) {
 	if opts.NodeKubeProxies && opts.KubeProxy {
 		return nil, errors.New("options KubeProxy and NodeKubeProxies exclude each other: every node runs its own kube-proxy with NodeKubeProxies")
 	}
-	c = &Cluster{Env: opts.Env, pods: map[*Pod]struct{}{}}
+	if opts.NodeKubeProxies && opts.DualStack {
+		return nil, errors.New("options DualStack and NodeKubeProxies exclude each other: the nodes' own networks are IPv4 only")
+	}
+	c = &Cluster{Env: opts.Env, pods: map[*Pod]struct{}{}, dualStack: opts.DualStack}
 	if opts.NodeKubeProxies {
 		c.nodeNets = map[string]*nodeNet{}
 	}
@@ -187,7 +203,7 @@ func New(opts Options) (c *Cluster, err error) {
 	}()
 	if c.Env == nil {
 		cp := opts.ControlPlane
-		flags := map[string]string{"service-cluster-ip-range": ServiceCIDR}
+		flags := map[string]string{"service-cluster-ip-range": serviceCIDRs(opts)}
 		for k, v := range cp.APIServerFlags {
 			flags[k] = v
 		}
@@ -198,12 +214,23 @@ func New(opts Options) (c *Cluster, err error) {
 		}
 		c.Env, c.ownEnv = env, true
 	}
+	if opts.DualStack {
+		if err := enableDualStack(); err != nil {
+			return c, err
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, n := range opts.Nodes {
 		info, err := c.addNode(ctx, n)
 		if err != nil {
 			return c, err
+		}
+		if opts.DualStack {
+			if err := c.addNodeIPv6(ctx, &info); err != nil {
+				c.Nodes = append(c.Nodes, info) // so Stop removes its addresses
+				return c, err
+			}
 		}
 		c.Nodes = append(c.Nodes, info)
 	}
@@ -330,6 +357,9 @@ func (c *Cluster) Stop() error {
 				errs = append(errs, err)
 			}
 		} else if err := ip("addr", "del", n.IP.String()+"/32", "dev", gatewayLink); err != nil {
+			errs = append(errs, err)
+		}
+		if err := removeNodeIPv6(n); err != nil {
 			errs = append(errs, err)
 		}
 	}

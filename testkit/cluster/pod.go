@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package cluster
 
 import (
@@ -42,6 +45,10 @@ type PodSpec struct {
 	// ObjectOnly creates only the Pod object with an address, no network namespace: for tests
 	// that need many pods and never connect to them.
 	ObjectOnly bool
+	// IPFamilies are the pod's address families, primary first (status.podIP is the first):
+	// nil gives the cluster's, IPv4 then IPv6 in a dual-stack cluster; [IPv6] makes an
+	// IPv6-only pod, [IPv4] an IPv4-only one. IPv6 needs Options.DualStack.
+	IPFamilies []corev1.IPFamily
 }
 
 // Pod is a pod of the test cluster: a network namespace (unless ObjectOnly) joined to the
@@ -51,8 +58,10 @@ type Pod struct {
 	Namespace, Name string
 	// Node is the node the pod runs on.
 	Node string
-	// IP is the pod's address (status.podIP).
+	// IP is the pod's address (status.podIP): its primary one.
 	IP netip.Addr
+	// IPs are all its addresses, one per family, primary first (status.podIPs).
+	IPs []netip.Addr
 	// Netns is the name of the pod's network namespace (`ip netns exec`/`ip -n`); empty for an
 	// ObjectOnly pod.
 	Netns string
@@ -111,12 +120,12 @@ func (c *Cluster) NewPod(ctx context.Context, spec PodSpec) (p *Pod, err error) 
 	if node == nil {
 		return nil, fmt.Errorf("no node %q in the cluster", spec.Node)
 	}
-	podIP, err := alloc.podIP()
+	podIPs, err := c.podIPs(spec)
 	if err != nil {
 		return nil, err
 	}
 	p = &Pod{
-		Namespace: spec.Namespace, Name: spec.Name, Node: spec.Node, IP: podIP,
+		Namespace: spec.Namespace, Name: spec.Name, Node: spec.Node, IP: podIPs[0], IPs: podIPs,
 		c: c, zone: node.Zone, servers: map[*Server]struct{}{}, procs: map[*exec.Cmd]*process.Process{},
 	}
 	c.mu.Lock()
@@ -138,7 +147,7 @@ func (c *Cluster) NewPod(ctx context.Context, spec PodSpec) (p *Pod, err error) 
 			return p, err
 		}
 	}
-	if err := p.createObject(ctx, spec, node.IP); err != nil {
+	if err := p.createObject(ctx, spec, node); err != nil {
 		return p, err
 	}
 	return p, nil
@@ -160,22 +169,13 @@ func (p *Pod) createNetwork() error {
 		return err
 	}
 	p.HostLink = link
-	if err := ipBatch(netns, []string{
-		"link set lo up",
-		"addr add " + p.IP.String() + "/32 dev eth0",
-		"link set eth0 up",
-		"route add " + gatewayIP + "/32 dev eth0 scope link",
-		"route add default via " + gatewayIP + " dev eth0",
-	}); err != nil {
+	if err := ipBatch(netns, p.podNetnsCommands()); err != nil {
 		return err
 	}
-	return ipBatch("", []string{
-		"link set " + link + " up",
-		"route add " + p.IP.String() + "/32 dev " + link,
-	})
+	return ipBatch("", p.hostLinkCommands(link))
 }
 
-func (p *Pod) createObject(ctx context.Context, spec PodSpec, hostIP netip.Addr) error {
+func (p *Pod) createObject(ctx context.Context, spec PodSpec, node *NodeInfo) error {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, Labels: spec.Labels},
 		Spec: corev1.PodSpec{
@@ -193,10 +193,10 @@ func (p *Pod) createObject(ctx context.Context, spec PodSpec, hostIP netip.Addr)
 	now := metav1.Now()
 	pod.Status = corev1.PodStatus{
 		Phase:     corev1.PodRunning,
-		HostIP:    hostIP.String(),
-		HostIPs:   []corev1.HostIP{{IP: hostIP.String()}},
+		HostIP:    node.IP.String(),
+		HostIPs:   hostIPList(node),
 		PodIP:     p.IP.String(),
-		PodIPs:    []corev1.PodIP{{IP: p.IP.String()}},
+		PodIPs:    p.podIPList(),
 		StartTime: &now,
 		QOSClass:  corev1.PodQOSBestEffort,
 		Conditions: []corev1.PodCondition{

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package cluster
 
 import (
@@ -120,7 +123,7 @@ func (s *Server) Start() error {
 	var ln net.Listener
 	err := inNetns(s.Pod.NetnsPath(), func() error {
 		var err error
-		ln, err = net.Listen("tcp4", ":"+strconv.Itoa(s.Port))
+		ln, err = net.Listen(s.Pod.listenNetwork(), ":"+strconv.Itoa(s.Port))
 		return err
 	})
 	if err != nil {

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package controlplane starts a real kube-apiserver and etcd for tests (controller-runtime's
 // envtest with the binaries the tools module builds), installs the module's CRDs, and hands out
 // clients, including clients that act as a given service account.

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package crd_test
 
 import (
@@ -43,7 +46,7 @@ func TestAnAppProtocolIsAdmittedExactlyWhenAServiceAdmitsIt(t *testing.T) {
 		"an empty value":                          "",
 		"a name with a space":                     "my protocol",
 		"a name with a colon":                     "h2:c",
-		"a name that is not ASCII":                "протокол",
+		"a name that is not ASCII":                "\u043f\u0440\u043e\u0442\u043e\u043a\u043e\u043b",
 		"a prefix and a slash without a name":     "example.com/",
 		"a slash without a prefix":                "/x",
 		"two slashes":                             "example.com/a/b",

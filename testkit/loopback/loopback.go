@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package loopback hands out free TCP addresses on 127.0.0.1 for the programs and servers a
 // test starts (their metrics, health and probe ports): a port the kernel picks, never the same
 // one twice in this process, so two programs started one after the other cannot be handed the

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package metrics reads a program's Prometheus metrics for tests and benchmarks: one scrape of
 // a /metrics endpoint parsed by the Prometheus text parser (github.com/prometheus/common/expfmt),
 // and the samples of a metric by name and labels.

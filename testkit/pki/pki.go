@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package pki makes throw-away certificate authorities and certificates for tests: a CA, server
 // certificates with or without IP addresses in their SAN, and client certificates. Keys are
 // ECDSA P-256 so generating them is fast.

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package postgres starts real PostgreSQL 15 servers for tests: SCRAM or clear-text password or
 // certificate authentication chosen by pg_hba lines, TLS with certificates the test makes (see
 // testkit/pki), a primary with a streaming replica, promotion, stop and start.

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package process runs programs for tests, benchmarks and `make run`: one runner for every
 // program the harness starts (the product's programs, kube-proxy, kube-controller-manager,
 // servers inside pods). A program's output goes to a log file (with lines that mark each start,

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package stack runs the product on the test cluster harness (testkit/cluster) as real
 // programs: the controller program (several replicas with leader election) and one agent
 // program per node, built from images/controller and images/agent, against the harness's real
@@ -70,6 +73,9 @@ type Options struct {
 	// Nodes of the cluster the stack starts; nil means node-a (zone-a) and node-b (zone-b).
 	// Ignored when Cluster is set: an agent runs for every node of Cluster.
 	Nodes []cluster.Node
+	// DualStack makes the cluster the stack starts dual-stack (cluster.Options.DualStack).
+	// Ignored when Cluster is set.
+	DualStack bool
 	// Controllers is the number of controller replicas (default 2), with leader election on.
 	Controllers int
 	// AgentLostGrace is the controllers' --agent-lost-grace (default 6 s).
@@ -179,7 +185,7 @@ func New(ctx context.Context, opts Options) (s *Stack, err error) {
 		if nodes == nil {
 			nodes = []cluster.Node{{Name: "node-a", Zone: "zone-a"}, {Name: "node-b", Zone: "zone-b"}}
 		}
-		c, err := cluster.New(cluster.Options{Nodes: nodes, KubeProxy: !opts.NodeKubeProxies, NodeKubeProxies: opts.NodeKubeProxies})
+		c, err := cluster.New(cluster.Options{Nodes: nodes, KubeProxy: !opts.NodeKubeProxies, NodeKubeProxies: opts.NodeKubeProxies, DualStack: opts.DualStack})
 		if err != nil {
 			return s, err
 		}

@@ -1,6 +1,10 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package chart
 
 import (
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -29,8 +33,8 @@ func baseCounts() map[string]int {
 		"Deployment":                       1,
 		"DaemonSet":                        1,
 		"PodDisruptionBudget":              1,
-		"ValidatingAdmissionPolicy":        6,
-		"ValidatingAdmissionPolicyBinding": 6,
+		"ValidatingAdmissionPolicy":        8,
+		"ValidatingAdmissionPolicyBinding": 8,
 	}
 }
 
@@ -64,7 +68,7 @@ var systemTolerations = []corev1.Toleration{
 	{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "system"},
 }
 
-var defaultAgentFlags = map[string]string{"probe-concurrency": "64", "kube-api-qps": "20", "kube-api-burst": "40"}
+var defaultAgentFlags = map[string]string{"probe-concurrency": "64", "kube-api-qps": "20", "kube-api-burst": "40", "lease-renew-interval": "10s"}
 
 // ValueSets are the configurations the chart is rendered with, here and in the cluster tests.
 func valueSets() map[string]valueSetCase {
@@ -119,8 +123,18 @@ func valueSets() map[string]valueSetCase {
 			wantReplicas:    2,
 			wantTolerations: systemTolerations,
 			wantLogLevel:    "debug",
-			wantAgentFlags:  map[string]string{"probe-concurrency": "200", "kube-api-qps": "50", "kube-api-burst": "100"},
+			wantAgentFlags:  map[string]string{"probe-concurrency": "200", "kube-api-qps": "50", "kube-api-burst": "100", "lease-renew-interval": "10s"},
 			wantLostGrace:   "1m30s",
+		},
+		// The grace of 8s reaches the controller, and the interval the settings hook derives from
+		// it (a quarter, hooks/settings) the agents.
+		bundle.SetTenantRules: {
+			wantCounts:      with(baseCounts(), platformObjects),
+			wantReplicas:    2,
+			wantTolerations: systemTolerations,
+			wantLogLevel:    "info",
+			wantAgentFlags:  withFlags(defaultAgentFlags, map[string]string{"lease-renew-interval": "2s"}),
+			wantLostGrace:   "8s",
 		},
 		bundle.SetNoPlatform: {
 			wantCounts:      baseCounts(),
@@ -137,6 +151,13 @@ func valueSets() map[string]valueSetCase {
 		// no registry Secret at all
 		bundle.SetNoDockercfg: defaultsCase(with(baseCounts(), with(map[string]int{"Secret": -1}, platformObjects))),
 	}
+}
+
+// withFlags is base with the entries of over, in a new map.
+func withFlags(base, over map[string]string) map[string]string {
+	out := maps.Clone(base)
+	maps.Copy(out, over)
+	return out
 }
 
 // defaultsCase is what the default settings render, with these counts.

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package cluster
 
 import (
@@ -54,7 +57,7 @@ func podClient(t *testing.T, sa, node string) client.Client {
 			ServiceAccountName:           sa,
 			NodeName:                     node,
 			AutomountServiceAccountToken: ptr.To(false),
-			Containers:                   []corev1.Container{{Name: sa, Image: bundle.ImageRef(bundle.AgentDigest)}},
+			Containers:                   []corev1.Container{{Name: sa, Image: bundle.GlobalRegistryBase + "@" + bundle.AgentDigest}},
 		},
 	}
 	require.NoError(t, env.Client.Create(ctx, pod))

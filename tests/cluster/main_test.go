@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cluster checks the rendered chart against a real kube-apiserver: every object passes
 // server-side dry-run, the RBAC works as the real service accounts, and the admission policy
 // rejects malformed credential Secrets. (The kube-rbac-proxy contract is tested with the real

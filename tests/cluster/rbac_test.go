@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package cluster
 
 import (
@@ -138,6 +141,9 @@ func TestAgentCanDoItsJobAndReadsOnlyReferencedSecrets(t *testing.T) {
 		}},
 		"it reads its node": {allowed: true, do: func(ctx context.Context, c client.Client) error {
 			return c.Get(ctx, client.ObjectKey{Name: f.node}, &corev1.Node{})
+		}},
+		"it lists its node by name, as its cache watches it": {allowed: true, do: func(ctx context.Context, c client.Client) error {
+			return c.List(ctx, &corev1.NodeList{}, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", f.node)})
 		}},
 		"it lists the resources": {allowed: true, do: func(ctx context.Context, c client.Client) error {
 			return c.List(ctx, &v1alpha1.ServiceWithHealthchecksList{})

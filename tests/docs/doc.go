@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package docs tests the user documentation in docs/ against the real thing, so the pages cannot
 // drift from the code:
 //

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package monitoring checks monitoring/ and docs/METRICS*.md against the programs. It is its own
 // Go module, outside go.work, because it needs github.com/prometheus/prometheus (the PromQL
 // parser), which must not change the product's dependency versions (DESIGN §9).

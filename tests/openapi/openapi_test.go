@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package openapi tests the module's settings schemas: the case file's positive and negative
 // cases, and that the defaults the chart tests render with are the schemas' own.
 package openapi
@@ -88,8 +91,17 @@ func TestDefaultsAreValidAndComplete(t *testing.T) {
 		"agentLostGrace": "40s",
 		"controller":     map[string]any{},
 		"agent":          map[string]any{"probeConcurrency": float64(64), "kubeAPIQPS": float64(20), "kubeAPIBurst": float64(40)},
+		// Only external IPs are refused by default; Service types, classes and annotations pass
+		// as before the setting existed (a narrower default would refuse edits of live resources).
+		"childService": map[string]any{
+			"externalIPs":    "Forbidden",
+			"loadBalancerIP": "Allowed",
+			"types":          []any{"ClusterIP", "NodePort", "LoadBalancer"},
+			"annotations":    map[string]any{"forbidden": []any{}},
+		},
 		"internal": map[string]any{
 			"controller":         map[string]any{"replicas": float64(2)},
+			"agent":              map[string]any{"leaseRenewInterval": "10s"},
 			"credentialSecrets":  []any{},
 			"credentialProblems": []any{},
 		},

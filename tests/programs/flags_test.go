@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package programs checks the chart against the programs it runs: every flag the templates
 // render is one the program has, with a value it accepts.
 package programs

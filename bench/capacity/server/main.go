@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command server is the target of the probe capacity benchmark (bench/capacity/run.sh): TCP
 // listeners that accept and close, and HTTP listeners that answer 200 "ok", on a set of
 // loopback addresses, in a process of its own so that the prober's CPU and memory are measured

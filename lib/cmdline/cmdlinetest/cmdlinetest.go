@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cmdlinetest checks a program's command line from the outside, for the tests of the
 // programs built on cmdline: the exit code and the one line it reports.
 package cmdlinetest

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -7,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -35,8 +39,16 @@ const (
 	appPassword = "app-password"
 )
 
-// exampleFiles are applied in this order into the demo namespace.
+// exampleFiles are applied in this order into the demo namespace; dualStackFile too when the
+// demo is dual-stack (Config.DualStack).
 var exampleFiles = []string{"docs/examples/db-credentials.yaml", "docs/examples/db.yaml", "docs/examples/vm.yaml"}
+
+// dualStackFile is the dual-stack example: resource web-dual over the pods web-dual-0 and
+// web-dual-1.
+const dualStackFile = "docs/examples/dual-stack.yaml"
+
+// dualStackResource is the name of the resource in dualStackFile.
+const dualStackResource = "web-dual"
 
 // Config is the demo's configuration.
 type Config struct {
@@ -49,6 +61,9 @@ type Config struct {
 	Plain bool
 	// Window is the rolling window of the traffic counts.
 	Window time.Duration
+	// DualStack makes the demo cluster dual-stack and adds the dual-stack example resource, its
+	// two pods and a traffic loop through each of its ClusterIPs.
+	DualStack bool
 	// Out receives the view and the progress lines.
 	Out io.Writer
 	// OnView, when set, receives every rendered view (tests).
@@ -65,6 +80,7 @@ type demo struct {
 
 	vm         *cluster.Pod
 	web, smtp  *cluster.Server
+	dualPods   []*cluster.Pod
 	dbPods     [2]*cluster.Pod
 	pg         [2]*postgres.Server
 	kubeconfig string
@@ -148,7 +164,7 @@ func (d *demo) claimRunDir() error {
 
 func (d *demo) up(ctx context.Context) error {
 	d.progress("building the controller and the agent, starting the API server, etcd, kube-proxy, 2 controllers and an agent per node (about a minute)")
-	s, err := stack.New(ctx, stack.Options{LogDir: filepath.Join(d.runDir, "logs")})
+	s, err := stack.New(ctx, stack.Options{LogDir: filepath.Join(d.runDir, "logs"), DualStack: d.cfg.DualStack})
 	if err != nil {
 		return fmt.Errorf("starting the stack: %w", err)
 	}
@@ -191,22 +207,64 @@ func (d *demo) up(ctx context.Context) error {
 	if err := d.startPostgres(ctx); err != nil {
 		return err
 	}
-	for _, f := range exampleFiles {
+	files := exampleFiles
+	if d.cfg.DualStack {
+		if err := d.addDualStackPods(ctx); err != nil {
+			return err
+		}
+		files = append(slices.Clone(files), dualStackFile)
+	}
+	for _, f := range files {
 		if err := s.ApplyFile(ctx, demoNamespace, f); err != nil {
 			return err
 		}
 	}
-	d.progress("applied %s to namespace %s", strings.Join(exampleFiles, ", "), demoNamespace)
+	d.progress("applied %s to namespace %s", strings.Join(files, ", "), demoNamespace)
 	d.loops = []*loop{
 		d.newLoop("db-read", pgPort, protoPGRead),
 		d.newLoop("db-write", pgPort, protoPGWrite),
 		d.newLoop("smtp", 25, protoSMTP),
 		d.newLoop("web", 80, protoHTTP),
 	}
+	if d.cfg.DualStack {
+		v4, v6 := d.newLoop(dualStackResource, 80, protoHTTP), d.newLoop(dualStackResource, 80, protoHTTP)
+		v4.family, v6.family = corev1.IPv4Protocol, corev1.IPv6Protocol
+		d.loops = append(d.loops, v4, v6)
+	}
 	for _, l := range d.loops {
 		d.bg.Go(func() { l.run(ctx) })
 	}
 	return nil
+}
+
+// addDualStackPods adds the pods of the dual-stack example, one per node, each with an IPv4 and
+// an IPv6 address and an HTTP server on both.
+func (d *demo) addDualStackPods(ctx context.Context) error {
+	for i, n := range d.c.Nodes {
+		p, err := d.c.NewPod(ctx, cluster.PodSpec{
+			Namespace: demoNamespace, Name: fmt.Sprintf("%s-%d", dualStackResource, i), Node: n.Name,
+			Labels:         map[string]string{"app": dualStackResource},
+			ContainerPorts: []corev1.ContainerPort{{Name: "http", ContainerPort: webPort}},
+		})
+		if err != nil {
+			return err
+		}
+		if _, err := p.Serve(cluster.HTTP, webPort); err != nil {
+			return err
+		}
+		d.dualPods = append(d.dualPods, p)
+		d.progress("pod %s on %s: %s, HTTP on %d", p.Key(), p.Node, joinAddrs(p), webPort)
+	}
+	return nil
+}
+
+// joinAddrs lists a pod's addresses: "198.18.0.7, 2001:2:1::3".
+func joinAddrs(p *cluster.Pod) string {
+	out := make([]string, 0, len(p.IPs))
+	for _, a := range p.IPs {
+		out = append(out, a.String())
+	}
+	return strings.Join(out, ", ")
 }
 
 // startPostgres starts the primary in db-0 and a streaming replica in db-1, with the probe's
@@ -317,6 +375,14 @@ func (d *demo) cleanup() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// serviceIPOf is the demo Service's ClusterIP of the family ("" for its primary one).
+func (d *demo) serviceIPOf(ctx context.Context, name string, family corev1.IPFamily) (string, error) {
+	if family == "" {
+		return d.serviceIP(ctx, name)
+	}
+	return d.c.ClusterIPOf(ctx, demoNamespace+"/"+name, family)
 }
 
 // serviceIP is the ClusterIP of a demo Service.

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -8,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 )
@@ -36,6 +41,8 @@ type loop struct {
 	service string
 	port    int32
 	proto   string
+	// family picks the Service's ClusterIP of that family ("": its primary ClusterIP).
+	family corev1.IPFamily
 
 	mu      sync.Mutex
 	results cluster.Results
@@ -80,10 +87,19 @@ func (l *loop) runChunk(ctx context.Context) {
 		proto = cluster.SMTP
 	}
 	start := time.Now()
-	tr, err := l.d.c.StartTraffic(ctx, cluster.TrafficOptions{
+	opts := cluster.TrafficOptions{
 		Service: demoNamespace + "/" + l.service, Port: l.port, Protocol: proto,
 		Interval: loopInterval, Duration: chunk, Timeout: loopTimeout,
-	})
+	}
+	var err error
+	if l.family != "" {
+		opts.Service = ""
+		opts.Address, err = l.d.serviceIPOf(ctx, l.service, l.family)
+	}
+	var tr *cluster.Traffic
+	if err == nil {
+		tr, err = l.d.c.StartTraffic(ctx, opts)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			l.add(cluster.Result{Start: start, Err: err.Error()})
@@ -137,14 +153,25 @@ func short(s string) string {
 	return s
 }
 
+// key names the loop in View.Traffic: the Service, and "/<family>" for a loop through one
+// family's ClusterIP.
+func (l *loop) key() string {
+	if l.family == "" {
+		return l.service
+	}
+	return l.service + "/" + string(l.family)
+}
+
 // Summary is a loop's window as the view shows it.
 type Summary struct {
 	Service string
-	Proto   string
-	Target  string
-	OK      int
-	Failed  int
-	ByPod   map[string]int
+	// Family is the ClusterIP's family of a loop through one family ("" for the primary).
+	Family corev1.IPFamily
+	Proto  string
+	Target string
+	OK     int
+	Failed int
+	ByPod  map[string]int
 	// LastErr is the newest failure's reason.
 	LastErr string
 	// LastOK tells whether the newest request succeeded.
@@ -153,8 +180,8 @@ type Summary struct {
 
 func (l *loop) summary(ctx context.Context) Summary {
 	rs := l.window()
-	s := Summary{Service: l.service, Proto: l.proto, ByPod: map[string]int{}}
-	if ip, err := l.d.serviceIP(ctx, l.service); err == nil {
+	s := Summary{Service: l.service, Family: l.family, Proto: l.proto, ByPod: map[string]int{}}
+	if ip, err := l.d.serviceIPOf(ctx, l.service, l.family); err == nil {
 		s.Target = net.JoinHostPort(ip, fmt.Sprint(l.port))
 	}
 	for _, r := range rs {

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command swh-run is `make run`: the product on a small local cluster that is real in every part
 // the product touches (API server and etcd with the CRD, two controller replicas with leader
 // election, one agent per node, a real kube-proxy, pods that are network namespaces with real
@@ -5,7 +8,7 @@
 // docs/examples/, and a live view of what is published and what traffic through each Service's
 // ClusterIP sees. It runs until Ctrl-C and then removes everything it created.
 //
-//	swh-run [--exit-after-ready] [--socket PATH] [--plain]   run the demo (root)
+//	swh-run [--exit-after-ready] [--socket PATH] [--plain] [--dual-stack=false]   run the demo (root)
 //	swh-run ctl COMMAND [ARG]                                  break things from a second terminal
 //
 // See development/RUN.md.
@@ -84,6 +87,7 @@ func parse(args []string, out io.Writer) (Config, error) {
 	fs.BoolVar(&cfg.ExitAfterReady, "exit-after-ready", false, "Exit (and clean up) once every resource publishes its pods and the traffic through every Service succeeds: a smoke test.")
 	fs.BoolVar(&cfg.Plain, "plain", false, "Print each changed view below the previous one instead of redrawing the screen (the default when stdout is not a terminal).")
 	fs.DurationVar(&cfg.Window, "window", 10*time.Second, "Rolling window of the traffic counts.")
+	fs.BoolVar(&cfg.DualStack, "dual-stack", true, "Make the demo cluster dual-stack (IPv4 and IPv6) and add the dual-stack example (docs/examples/dual-stack.yaml) with a traffic loop through each of its ClusterIPs; --dual-stack=false: IPv4 only.")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			_, _ = fmt.Fprint(out, "Usage: swh-run [flags]        run the demo cluster until Ctrl-C (root)\n"+

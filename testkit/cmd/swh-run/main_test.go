@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -17,6 +20,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 )
@@ -47,7 +51,7 @@ func TestTheDemoComesUpAndReactsToAControlCommand(t *testing.T) {
 	done := make(chan struct{})
 	var runErr error
 	go func() {
-		runErr = run(ctx, Config{Socket: sock, Plain: true, Window: 5 * time.Second, Out: out, OnView: func(v *View) { latest.Store(v) }})
+		runErr = run(ctx, Config{Socket: sock, Plain: true, Window: 5 * time.Second, DualStack: true, Out: out, OnView: func(v *View) { latest.Store(v) }})
 		close(done)
 	}()
 	stop := func() error {
@@ -104,6 +108,29 @@ func TestTheDemoComesUpAndReactsToAControlCommand(t *testing.T) {
 			assert.Positive(t, sum.ByPod[demoNamespace+"/"+p], "%s answered through %s", p, name)
 		}
 	}
+	// The dual-stack resource: both ClusterIPs, both pods in with an endpoint of each family, and
+	// traffic through each ClusterIP answered by both.
+	require.Contains(t, v.Resources, dualStackResource)
+	dual := v.Resources[dualStackResource]
+	require.Len(t, dual.ClusterIPs, 2)
+	assert.Contains(t, v.Text, "\n"+dualStackResource+"  ClusterIPs "+dual.ClusterIPs[0]+", "+dual.ClusterIPs[1]+"  Ready=True\n")
+	require.Len(t, dual.Ports, 1)
+	require.Len(t, dual.Ports[0].Pods, 2)
+	for _, p := range dual.Ports[0].Pods {
+		assert.True(t, p.In, "%s is in", p.Pod)
+		assert.Regexp(t, `^[0-9.]+:8080, \[[0-9a-f:]+\]:8080$`, p.Endpoint, "%s is published over IPv4 and IPv6", p.Pod)
+		assert.Contains(t, v.Text, "IN  "+p.Pod)
+	}
+	for _, family := range []string{"IPv4", "IPv6"} {
+		sum := v.Traffic[dualStackResource+"/"+family]
+		assert.Equal(t, corev1.IPFamily(family), sum.Family)
+		assert.Positive(t, sum.OK, "traffic over %s", family)
+		assert.Zero(t, sum.Failed, "traffic over %s", family)
+		assert.Len(t, sum.ByPod, 2, "both pods answered over %s", family)
+		assert.Contains(t, v.Text, "traffic http over "+family+" "+sum.Target+": ")
+	}
+	assert.Contains(t, v.Traffic[dualStackResource+"/IPv6"].Target, "[2001:2:", "the IPv6 loop dials the IPv6 ClusterIP")
+
 	replica := v.Resources["db-write"].Ports[0].Pods[1]
 	assert.Equal(t, "db-1", replica.Pod)
 	assert.Contains(t, replica.Why, "query returned false", "the view says why the replica is out of db-write")
@@ -164,6 +191,7 @@ func TestParse(t *testing.T) {
 	}{
 		"no flags run the demo":              {},
 		"a smoke run":                        {args: []string{"--exit-after-ready", "--plain"}},
+		"an IPv4-only demo":                  {args: []string{"--dual-stack=false"}},
 		"a stray argument is an error":       {args: []string{"stop-smtp"}, want: `unexpected argument "stop-smtp" (the control commands are ` + "`swh-run ctl ...`)"},
 		"a window below a second is refused": {args: []string{"--window=100ms"}, want: "--window 100ms: must be at least 1s"},
 	}

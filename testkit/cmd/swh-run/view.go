@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -56,8 +59,10 @@ func (v *View) textOrNone() string {
 type ResourceView struct {
 	Name      string
 	ClusterIP string
-	Ready     string // the Ready condition's status, and its message when not True
-	Ports     []PortView
+	// ClusterIPs are the Service's ClusterIPs, one per family (the primary first).
+	ClusterIPs []string
+	Ready      string // the Ready condition's status, and its message when not True
+	Ports      []PortView
 }
 
 // PortView is one Service port: every selected pod, in or out.
@@ -71,8 +76,8 @@ type PortView struct {
 type PodState struct {
 	Pod      string
 	Node     string
-	Endpoint string // ip:port published, empty when not published
-	In       bool   // published ready
+	Endpoint string // ip:port published (one per family, ", "-separated), empty when not published
+	In       bool   // published ready (in every family it is published in)
 	Serving  bool
 	Why      string // why it is out (or "ready")
 }
@@ -211,6 +216,7 @@ func (d *demo) render(ctx context.Context) *View {
 		swhs   v1alpha1.ServiceWithHealthchecksList
 		slcs   discoveryv1.EndpointSliceList
 		pods   corev1.PodList
+		svcs   corev1.ServiceList
 		events eventsv1.EventList
 		leases coordinationv1.LeaseList
 		nodes  corev1.NodeList
@@ -219,6 +225,7 @@ func (d *demo) render(ctx context.Context) *View {
 		cl.List(ctx, &swhs, client.InNamespace(demoNamespace)),
 		cl.List(ctx, &slcs, client.InNamespace(demoNamespace), client.MatchingLabels{discoveryv1.LabelManagedBy: slicemeta.ManagedBy}),
 		cl.List(ctx, &pods, client.InNamespace(demoNamespace)),
+		cl.List(ctx, &svcs, client.InNamespace(demoNamespace)),
 		cl.List(ctx, &events, client.InNamespace(demoNamespace)),
 		cl.List(ctx, &leases, client.InNamespace(stack.Namespace)),
 		cl.List(ctx, &nodes),
@@ -232,19 +239,29 @@ func (d *demo) render(ctx context.Context) *View {
 	d.renderCluster(&b, leases.Items, nodes.Items)
 
 	sort.Slice(swhs.Items, func(i, j int) bool { return swhs.Items[i].Name < swhs.Items[j].Name })
-	ready := len(swhs.Items) == len(d.loops)
+	services := map[string]bool{}
+	for _, l := range d.loops {
+		services[l.service] = true
+	}
+	ready := len(swhs.Items) == len(services)
 	for i := range swhs.Items {
 		r := d.resourceView(&swhs.Items[i], slcs.Items, pods.Items, events.Items, nodes.Items)
-		v.Resources[r.Name] = r
-		sum := Summary{}
-		for _, l := range d.loops {
-			if l.service == r.Name {
-				sum = l.summary(ctx)
-				v.Traffic[r.Name] = sum
+		for _, svc := range svcs.Items {
+			if svc.Name == r.Name {
+				r.ClusterIPs = svc.Spec.ClusterIPs
 			}
 		}
-		writeResource(&b, r, sum)
-		if !resourceReady(r, sum) {
+		v.Resources[r.Name] = r
+		var sums []Summary
+		for _, l := range d.loops {
+			if l.service == r.Name {
+				sum := l.summary(ctx)
+				v.Traffic[l.key()] = sum
+				sums = append(sums, sum)
+			}
+		}
+		writeResource(&b, r, sums)
+		if !resourceReady(r, sums) {
 			ready = false
 		}
 	}
@@ -329,10 +346,26 @@ func (d *demo) resourceView(swh *v1alpha1.ServiceWithHealthchecks, slcs []discov
 				continue
 			}
 			st := PodState{Pod: pod.Name, Node: pod.Spec.NodeName}
-			ep, port, found := findEndpoint(slcs, swh.Name, p.Name, pod.Status.PodIP)
+			// The pod's endpoint in the slice of each family it is published in (a dual-stack
+			// pod of a dual-stack resource is in two; the verdict is the same in both).
+			var ep discoveryv1.Endpoint
+			var found bool
+			var published []string
+			st.In = true
+			for _, ip := range podAddresses(&pod) {
+				e, port, ok := findEndpoint(slcs, swh.Name, p.Name, ip)
+				if !ok {
+					continue
+				}
+				if !found {
+					ep, found = e, true
+				}
+				published = append(published, net.JoinHostPort(ip, strconv.Itoa(int(port))))
+				st.In = st.In && e.Conditions.Ready != nil && *e.Conditions.Ready
+			}
+			st.In = st.In && found
 			if found {
-				st.Endpoint = net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(port)))
-				st.In = ep.Conditions.Ready != nil && *ep.Conditions.Ready
+				st.Endpoint = strings.Join(published, ", ")
 				st.Serving = ep.Conditions.Serving == nil || *ep.Conditions.Serving
 			}
 			reason, readyEvent := lastEvent(events, swh.Name, pod.Name, pv.Name)
@@ -365,6 +398,20 @@ func (d *demo) resourceView(swh *v1alpha1.ServiceWithHealthchecks, slcs []discov
 		r.Ports = append(r.Ports, pv)
 	}
 	return r
+}
+
+// podAddresses are the pod's addresses, primary first.
+func podAddresses(pod *corev1.Pod) []string {
+	var out []string
+	for _, ip := range pod.Status.PodIPs {
+		if ip.IP != "" && !slices.Contains(out, ip.IP) {
+			out = append(out, ip.IP)
+		}
+	}
+	if len(out) == 0 && pod.Status.PodIP != "" {
+		out = append(out, pod.Status.PodIP)
+	}
+	return out
 }
 
 // findEndpoint finds the pod's endpoint in the resource's slices of the port.
@@ -414,8 +461,12 @@ func lastEvent(events []eventsv1.Event, resource, pod, port string) (string, boo
 	return strings.TrimPrefix(best.Note, prefix) + " (" + time.Since(bestAt).Truncate(time.Second).String() + " ago)", best.Reason == reasonPortReady
 }
 
-func writeResource(b *strings.Builder, r *ResourceView, sum Summary) {
-	fmt.Fprintf(b, "\n%s  ClusterIP %s  Ready=%s\n", r.Name, orDash(r.ClusterIP), r.Ready)
+func writeResource(b *strings.Builder, r *ResourceView, sums []Summary) {
+	if len(r.ClusterIPs) > 1 {
+		fmt.Fprintf(b, "\n%s  ClusterIPs %s  Ready=%s\n", r.Name, strings.Join(r.ClusterIPs, ", "), r.Ready)
+	} else {
+		fmt.Fprintf(b, "\n%s  ClusterIP %s  Ready=%s\n", r.Name, orDash(r.ClusterIP), r.Ready)
+	}
 	for _, p := range r.Ports {
 		fmt.Fprintf(b, "  port %s: %d/%d pods in\n", p.Name, p.Ready, len(p.Pods))
 		for _, s := range p.Pods {
@@ -426,24 +477,34 @@ func writeResource(b *strings.Builder, r *ResourceView, sum Summary) {
 			fmt.Fprintf(b, "    %s %-6s on %-7s %-20s %s\n", mark, s.Pod, s.Node, orDash(s.Endpoint), s.Why)
 		}
 	}
-	var pods []string
-	for p, n := range sum.ByPod {
-		pods = append(pods, fmt.Sprintf("%s %d", strings.TrimPrefix(p, demoNamespace+"/"), n))
+	if len(sums) == 0 {
+		sums = []Summary{{}}
 	}
-	sort.Strings(pods)
-	line := fmt.Sprintf("  traffic %s %s: %d ok, %d failed", sum.Proto, orDash(sum.Target), sum.OK, sum.Failed)
-	if len(pods) > 0 {
-		line += " · answered: " + strings.Join(pods, ", ")
+	for _, sum := range sums {
+		var pods []string
+		for p, n := range sum.ByPod {
+			pods = append(pods, fmt.Sprintf("%s %d", strings.TrimPrefix(p, demoNamespace+"/"), n))
+		}
+		sort.Strings(pods)
+		proto := sum.Proto
+		if sum.Family != "" {
+			proto += " over " + string(sum.Family)
+		}
+		line := fmt.Sprintf("  traffic %s %s: %d ok, %d failed", proto, orDash(sum.Target), sum.OK, sum.Failed)
+		if len(pods) > 0 {
+			line += " · answered: " + strings.Join(pods, ", ")
+		}
+		if sum.Failed > 0 {
+			line += " · last failure: " + sum.LastErr
+		}
+		b.WriteString(line + "\n")
 	}
-	if sum.Failed > 0 {
-		line += " · last failure: " + sum.LastErr
-	}
-	b.WriteString(line + "\n")
 }
 
 // resourceReady: every pod that should serve the port does, and the traffic of the last window
-// had no failure. Of db-write only the primary should be in.
-func resourceReady(r *ResourceView, sum Summary) bool {
+// had no failure, through every ClusterIP that has a loop. Of db-write only the primary should
+// be in.
+func resourceReady(r *ResourceView, sums []Summary) bool {
 	for _, p := range r.Ports {
 		want := len(p.Pods)
 		if r.Name == "db-write" {
@@ -453,7 +514,15 @@ func resourceReady(r *ResourceView, sum Summary) bool {
 			return false
 		}
 	}
-	return sum.OK >= 5 && sum.Failed == 0
+	if len(sums) == 0 {
+		return false
+	}
+	for _, sum := range sums {
+		if sum.OK < 5 || sum.Failed != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func orDash(s string) string {

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package lb_test holds the end-to-end scenarios of issue 21: external load balancers see the
 // drain. The real programs (two controller replicas with leader election, one agent per node,
 // from testkit/stack) run on a cluster whose two nodes each have their own network namespace

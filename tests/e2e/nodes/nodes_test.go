@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package nodes_test holds end-to-end scenario 7 of issue 10: the real programs (two controller
 // replicas with leader election and one agent per node, as processes, from testkit/stack) on
 // the cluster harness with a real kube-proxy. A node is deleted under a request loop through

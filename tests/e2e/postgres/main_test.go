@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package postgres_test holds end-to-end scenarios 1 and 2 of issue 10: the real programs (two
 // controller replicas with leader election and one agent per node, as processes, from
 // testkit/stack) on the cluster harness (testkit/cluster) with a real kube-proxy, a real

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bundle loads the module bundle for tests: it renders the chart with Helm's Go engine
 // from values built the way Deckhouse builds them (settings with the schema's defaults applied,
 // plus the internal values the hooks write), and reads the OpenAPI settings schemas.

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package bundle
 
 import (
@@ -219,6 +222,7 @@ const (
 	SetExternal    = "a module from a ModuleSource pulls its images from its own registry with its own credentials"
 	SetPackage     = "module package values name the module's images"
 	SetNoDockercfg = "without any dockercfg the registry Secret is empty and pulls are anonymous"
+	SetTenantRules = "narrowed child-Service settings and a short grace render every tenant check and a faster renewal"
 	CredentialsNSA = "team-a"
 	CredentialsNSB = "team-b"
 )
@@ -263,6 +267,24 @@ func ValueSets() map[string]ValueSet {
 		SetPackage:    {EnabledModules: AllPlatformModules, Delivery: Package},
 		SetNoDockercfg: {
 			EnabledModules: AllPlatformModules, Delivery: External, NoDockercfg: true,
+		},
+		SetTenantRules: {
+			Settings: map[string]any{
+				"agentLostGrace": "8s",
+				"childService": map[string]any{
+					"externalIPs":         "ServiceCreators",
+					"loadBalancerIP":      "Forbidden",
+					"types":               []any{"ClusterIP", "LoadBalancer"},
+					"loadBalancerClasses": []any{"example.com/internal"},
+					"annotations": map[string]any{
+						"allowed":   []any{"example.com/*", "team.example.com/owner"},
+						"forbidden": []any{"example.com/dangerous"},
+					},
+				},
+			},
+			// What the settings hook writes for the grace of 8s (hooks/settings).
+			Internal:       map[string]any{"agent": map[string]any{"leaseRenewInterval": "2s"}},
+			EnabledModules: AllPlatformModules,
 		},
 	}
 }

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command agent is the per-node agent of service-with-healthchecks: it probes the pods of its
 // own node that ServiceWithHealthchecks resources select and publishes them, per port, as
 // EndpointSlices. See development/AGENT.md.

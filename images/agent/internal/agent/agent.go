@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package agent wires the agent together: a controller-runtime manager whose caches hold only
 // this node's pods (and this module's EndpointSlices), the probe scheduler, the per-port rule,
 // the desired-slice computation and the publisher. cmd/agent only parses flags and calls Run.

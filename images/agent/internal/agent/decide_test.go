@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package agent
 
 import (
@@ -5,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
@@ -226,16 +230,28 @@ func TestDecide(t *testing.T) {
 			slices:   map[string][]string{"vm-web-node-a": {"10.0.0.1=TTF"}, "vm-smtp-node-a": {"10.0.0.1=FFF"}},
 		},
 		"a port serving again is a transition, reported once for a dual-stack pod": {
-			swh:      vm(webProbe, smtpProbe),
+			swh: func() *v1alpha1.ServiceWithHealthchecks {
+				swh := vm(webProbe, smtpProbe)
+				policy := corev1.IPFamilyPolicyRequireDualStack
+				swh.Spec.IPFamilyPolicy = &policy
+				return swh
+			}(),
 			pods:     []*corev1.Pod{vmPod("vm-1", dualStack)},
 			state:    map[string]map[int]portrule.State{"vm-1": {0: pass, 1: pass}},
 			existing: writtenWith(map[string]map[int]portrule.State{"vm-1": {0: pass, 1: fail}}),
 			targets:  []string{"vm-1/HTTP@10.0.0.1:8080", "vm-1/TCP@10.0.0.1:2525"},
 			slices: map[string][]string{
-				"vm-web-node-a": {"10.0.0.1=TTF"}, "vm-web-node-a-ipv6": {"fd00::1=TTF"},
-				"vm-smtp-node-a": {"10.0.0.1=TTF"}, "vm-smtp-node-a-ipv6": {"fd00::1=TTF"},
+				"vm-web-node-a": {"10.0.0.1=TTF"}, "vm-web--node-a-ipv6": {"fd00::1=TTF"},
+				"vm-smtp-node-a": {"10.0.0.1=TTF"}, "vm-smtp--node-a-ipv6": {"fd00::1=TTF"},
 			},
 			transitions: []string{"pod vm-1, port smtp: probes pass"},
+		},
+		"a dual-stack pod of a single-stack resource is published in the family of its ClusterIP only": {
+			swh:     vm(webProbe, smtpProbe),
+			pods:    []*corev1.Pod{vmPod("vm-1", dualStack)},
+			state:   map[string]map[int]portrule.State{"vm-1": {0: pass, 1: pass}},
+			targets: []string{"vm-1/HTTP@10.0.0.1:8080", "vm-1/TCP@10.0.0.1:2525"},
+			slices:  map[string][]string{"vm-web-node-a": {"10.0.0.1=TTF"}, "vm-smtp-node-a": {"10.0.0.1=TTF"}},
 		},
 		"an undecided endpoint keeps what its slice says": {
 			swh:      vm(webProbe, smtpProbe),
@@ -385,4 +401,18 @@ func TestEventNotesFitTheEventsAPI(t *testing.T) {
 			assert.True(t, strings.HasPrefix(n, "pod vm-1, port smtp: "))
 		})
 	}
+}
+
+func TestASummaryNoteCountsEveryTransitionAndFitsTheEventsAPI(t *testing.T) {
+	var batch []Transition
+	for i := range 40 {
+		batch = append(batch, Transition{Pod: corev1.ObjectReference{Name: "web-" + strconv.Itoa(i)}, Port: "http",
+			Serving: i%4 == 0, Reason: "probe 0 (HTTP): HTTP 503 " + strings.Repeat("x", 40)})
+	}
+	n := summaryNote(batch, 2*time.Second)
+	assert.True(t, strings.HasPrefix(n, "40 port transitions within 2s: 30 stopped serving, 10 serve again. pod web-0, port http: probes pass;"), n)
+	assert.LessOrEqual(t, len(n), MaxNoteBytes)
+	assert.Regexp(t, `\(and \d+ more\)$`, n, "what does not fit is counted")
+	short := summaryNote(batch[:2], 2*time.Second)
+	assert.Equal(t, "2 port transitions within 2s: 1 stopped serving, 1 serve again. pod web-0, port http: probes pass; pod web-1, port http: probe 0 (HTTP): HTTP 503 "+strings.Repeat("x", 40), short)
 }

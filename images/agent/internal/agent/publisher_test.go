@@ -1,13 +1,19 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package agent_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -78,4 +84,66 @@ func TestAConflictingUpdateIsRetriedOnTheLatestVersion(t *testing.T) {
 	require.ErrorContains(t, err, "no longer ours")
 	require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKeyFromObject(stale), got))
 	assert.Equal(t, taken.ResourceVersion, got.ResourceVersion, "nothing was written to a slice that is not ours")
+}
+
+// A plan that renames a slice (here an IPv6 slice of the old name, as an upgraded agent finds
+// it) creates the new one and deletes the old one. When the create fails, the delete waits for
+// the retry: the old slice keeps the endpoints in the Service meanwhile. The failure is real: a
+// ResourceQuota on EndpointSlices whose status says it is used up makes the API server refuse
+// every create of a slice in the namespace, and nothing else (envtest runs no quota controller
+// to recount it).
+func TestARenamedSliceIsDeletedOnlyOnceItsSuccessorIsCreated(t *testing.T) {
+	c := testCluster(t)
+	ns := c.Env.CreateNamespaceForTest(t, "rename")
+	policy := corev1.IPFamilyPolicyRequireDualStack
+	swh := createResource(t, c, ns, "web", nil, []v1alpha1.ServicePort{namedPort("http", 80, intstr.FromInt32(8080))})
+	swh.Spec.IPFamilyPolicy = &policy
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-0", UID: "uid-web-0"},
+		Spec:       corev1.PodSpec{NodeName: "node-a"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "2001:2:1:ffff::1", PodIPs: []corev1.PodIP{{IP: "2001:2:1:ffff::1"}},
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+	desired := sliceplan.Compute(sliceplan.Input{Resource: swh, Node: "node-a",
+		Pods: []sliceplan.Pod{{Pod: pod, Endpoints: portrule.Evaluate(&swh.Spec, pod, nil)}}})
+	require.Len(t, desired, 1)
+	require.Equal(t, "web-http--node-a-ipv6", desired[0].Slice.Name)
+	old := desired[0].Slice.DeepCopy()
+	old.Name = desired[0].Key.LegacyName()
+	require.NoError(t, c.Env.Client.Create(t.Context(), old))
+	plan := sliceplan.Diff("web", swh.UID, "node-a", desired, map[string]*discoveryv1.EndpointSlice{old.Name: old})
+	require.Len(t, plan.Create, 1)
+	require.Len(t, plan.Delete, 1)
+
+	quota := &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "no-new-slices"},
+		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/endpointslices.discovery.k8s.io": resource.MustParse("100")}},
+	}
+	require.NoError(t, c.Env.Client.Create(t.Context(), quota))
+	// Standing in for the quota controller: the namespace has used up its slices.
+	quota.Status = corev1.ResourceQuotaStatus{Hard: quota.Spec.Hard, Used: quota.Spec.Hard}
+	require.NoError(t, c.Env.Client.Status().Update(t.Context(), quota))
+	require.Eventually(t, func() bool {
+		probe := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "quota-probe"}, AddressType: discoveryv1.AddressTypeIPv4}
+		return apierrors.IsForbidden(c.Env.Client.Create(t.Context(), probe, client.DryRunAll))
+	}, 30*time.Second, 50*time.Millisecond, "the quota refuses new slices")
+	m := metrics.New(nil)
+	pub := &publisher.Publisher{Client: c.Env.Client, Reader: c.Env.Client, Metrics: m}
+	_, err := pub.Apply(t.Context(), plan)
+	require.ErrorContains(t, err, "creating EndpointSlice web-http--node-a-ipv6")
+	require.ErrorContains(t, err, "waits for the retry")
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.SliceWriteErrors.WithLabelValues(metrics.OpCreate)), "the create was refused")
+	assert.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKeyFromObject(old), &discoveryv1.EndpointSlice{}), "the old slice is kept")
+	assert.Zero(t, testutil.ToFloat64(m.SliceWrites.WithLabelValues(metrics.OpDelete)))
+
+	// The retry (the same plan: the cache would not have changed) once creates are allowed again.
+	require.NoError(t, c.Env.Client.Delete(t.Context(), quota))
+	require.Eventually(t, func() bool {
+		_, _ = pub.Apply(t.Context(), plan)
+		created := c.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "web-http--node-a-ipv6"}, &discoveryv1.EndpointSlice{})
+		gone := c.Env.Client.Get(t.Context(), client.ObjectKeyFromObject(old), &discoveryv1.EndpointSlice{})
+		return created == nil && apierrors.IsNotFound(gone)
+	}, 30*time.Second, 100*time.Millisecond, "the retry creates the new slice and deletes the old one")
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.SliceWrites.WithLabelValues(metrics.OpCreate)))
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.SliceWrites.WithLabelValues(metrics.OpDelete)))
 }

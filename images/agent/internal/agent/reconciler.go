@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package agent
 
 import (
@@ -43,6 +46,8 @@ const (
 	ReasonPortReady      = "PortReady"
 	ReasonPortNotReady   = "PortNotReady"
 	ReasonSliceNameTaken = "EndpointSliceNameTaken"
+	// ReasonPortsChanged is the summary of a resource's port transitions in one window.
+	ReasonPortsChanged = "PortsChanged"
 )
 
 // Scheme knows the built-in types and the module's.
@@ -83,6 +88,10 @@ type Reconciler struct {
 	// nodeUnknown is set when a reconcile found no Node of this agent: its appearance then
 	// reconciles every resource (resourcesOfNode).
 	nodeUnknown bool
+	// pending are the port transitions waiting for the end of their resource's Event window.
+	pending map[types.NamespacedName]*pendingEvents
+	// now is the clock of the Event windows (time.Now; tests may replace it).
+	now func() time.Time
 }
 
 // Reconcile observes, decides, applies and records for one resource on this node.
@@ -137,6 +146,7 @@ func (r *Reconciler) forget(res types.NamespacedName) {
 	r.coalescer.Forget(res)
 	r.mu.Lock()
 	delete(r.published, res)
+	delete(r.pending, res)
 	r.publishGaugesLocked()
 	r.mu.Unlock()
 	r.setSecretRefs(res, nil)

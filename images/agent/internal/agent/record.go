@@ -1,14 +1,25 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package agent
 
 import (
+	"context"
 	"fmt"
+	"strings"
+	"time"
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/publisher"
 )
@@ -19,23 +30,21 @@ import (
 // place.
 func (r *Reconciler) record(o Observed, d Decision, written publisher.Result) {
 	swh := o.Resource
-	// The pod is the Event's related object. The recorder aggregates Events with the same
-	// regarding and related object, type, reason and action into one Event with a series
-	// (that is the rate limit, see development/AGENT.md); without the pod, one pod's transition
-	// would be counted in another pod's Event and its message never shown.
+	var happened []Transition
 	for _, ds := range d.Desired {
 		if _, ok := written.Written[ds.Slice.Name]; !ok {
 			continue
 		}
 		for _, t := range d.Transitions[ds.Slice.Name] {
-			pod := t.Pod
+			state := "not_serving"
 			if t.Serving {
-				r.Recorder.Eventf(swh, &pod, corev1.EventTypeNormal, ReasonPortReady, "Probe", "%s", noteOf(t))
-			} else {
-				r.Recorder.Eventf(swh, &pod, corev1.EventTypeWarning, ReasonPortNotReady, "Probe", "%s", noteOf(t))
+				state = "serving"
 			}
+			r.Metrics.PortTransitions.WithLabelValues(state).Inc()
+			happened = append(happened, t)
 		}
 	}
+	r.reportTransitions(swh, happened, len(written.Written))
 	for _, c := range written.Conflicts {
 		r.Metrics.SliceConflicts.Inc()
 		r.Recorder.Eventf(swh, nil, corev1.EventTypeWarning, ReasonSliceNameTaken, "Publish", "%s",
@@ -153,4 +162,140 @@ func capNote(s string) string {
 		cut--
 	}
 	return s[:cut] + ellipsis
+}
+
+// EventWindow is how often, at most, the agent reports the port transitions of one resource:
+// the first transition after a quiet window is reported at once, the ones that follow within the
+// window together when it ends.
+const EventWindow = 2 * time.Second
+
+// minOneByOne is how many transitions of a window are always reported one Event each; more than
+// that, and more than the slice writes that carried them, are reported in one summary Event.
+const minOneByOne = 5
+
+// pendingEvents are the transitions of one resource waiting for the end of its window.
+type pendingEvents struct {
+	transitions []Transition
+	// writes counts the slice writes that carried them: the Event budget of the window.
+	writes int
+	// last is when the resource's transitions were last reported.
+	last time.Time
+}
+
+// reportTransitions reports the transitions of a resource, on a budget: Event writes follow
+// slice writes, not transitions. Alone in its window a transition is reported at once, as one
+// Event with the pod as related object (the recorder aggregates repeats of a pod and reason
+// into a series: development/AGENT.md). The transitions that follow within the window are
+// reported when it ends (a reconcile is queued for then): one Event each while they are few
+// (at most minOneByOne, or at most the slice writes that carried them), else one summary Event
+// with the counts. Every transition is counted in swh_agent_port_transitions_total.
+func (r *Reconciler) reportTransitions(swh *v1alpha1.ServiceWithHealthchecks, happened []Transition, writes int) {
+	res := types.NamespacedName{Namespace: swh.Namespace, Name: swh.Name}
+	now := r.now()
+	r.mu.Lock()
+	p := r.pending[res]
+	if p == nil {
+		if len(happened) == 0 {
+			r.mu.Unlock()
+			return
+		}
+		p = &pendingEvents{}
+		r.pending[res] = p
+	}
+	p.transitions = append(p.transitions, happened...)
+	p.writes += writes
+	due := p.last.Add(EventWindow)
+	if len(p.transitions) == 0 || now.Before(due) {
+		// Queued again by every reconcile that finds the window open: the work queue keeps one
+		// waiting entry per resource, the earliest, so a coalesced result change may have taken
+		// the place of an earlier request for the window's end.
+		queue := len(p.transitions) > 0
+		q := r.queue
+		r.mu.Unlock()
+		if queue && q != nil {
+			q.AddAfter(reconcile.Request{NamespacedName: res}, due.Sub(now))
+		}
+		return
+	}
+	batch, budget := p.transitions, p.writes
+	p.transitions, p.writes, p.last = nil, 0, now
+	r.mu.Unlock()
+
+	if len(batch) <= max(minOneByOne, budget) {
+		for _, t := range batch {
+			pod := t.Pod
+			if t.Serving {
+				r.Recorder.Eventf(swh, &pod, corev1.EventTypeNormal, ReasonPortReady, "Probe", "%s", noteOf(t))
+			} else {
+				r.Recorder.Eventf(swh, &pod, corev1.EventTypeWarning, ReasonPortNotReady, "Probe", "%s", noteOf(t))
+			}
+			r.Metrics.TransitionEvents.WithLabelValues("one").Inc()
+		}
+		return
+	}
+	r.summarize(swh, batch, now)
+}
+
+// summarize writes one Event with the counts of a window's transitions and the first of them.
+// It is written directly, not through the recorder, whose aggregation would keep the first
+// summary's note and hide the counts of the next ones.
+func (r *Reconciler) summarize(swh *v1alpha1.ServiceWithHealthchecks, batch []Transition, now time.Time) {
+	ev := &eventsv1.Event{
+		ObjectMeta:          metav1.ObjectMeta{Namespace: swh.Namespace, Name: fmt.Sprintf("%s.%x", swh.Name, now.UnixNano())},
+		EventTime:           metav1.NewMicroTime(now),
+		ReportingController: ControllerName,
+		ReportingInstance:   r.reportingInstance(),
+		Action:              "Probe",
+		Reason:              ReasonPortsChanged,
+		Regarding:           corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: slicemeta.Kind, Namespace: swh.Namespace, Name: swh.Name, UID: swh.UID, ResourceVersion: swh.ResourceVersion},
+		Type:                corev1.EventTypeNormal,
+		Note:                summaryNote(batch, EventWindow),
+	}
+	for _, t := range batch {
+		if !t.Serving {
+			ev.Type = corev1.EventTypeWarning
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.Client.Create(ctx, ev); err != nil {
+		r.Log.Error(err, "writing a summary Event of port transitions", "swh", client.ObjectKeyFromObject(swh))
+		return
+	}
+	r.Metrics.TransitionEvents.WithLabelValues("summary").Inc()
+}
+
+// reportingInstance names this agent in the Events it writes itself (128 characters at most).
+func (r *Reconciler) reportingInstance() string {
+	inst := ControllerName + "-" + r.Node
+	if len(inst) > 128 {
+		inst = ControllerName + "-" + slicemeta.NodeDigest(r.Node)
+	}
+	return inst
+}
+
+// summaryNote is the note of a summary: the counts, then as many transitions as fit in
+// MaxNoteBytes ("12 port transitions within 2s: 7 stopped serving, 5 serve again. pod a, port
+// http: probe 0 (HTTP): HTTP 503; ... (and 9 more)").
+func summaryNote(batch []Transition, window time.Duration) string {
+	down := 0
+	for _, t := range batch {
+		if !t.Serving {
+			down++
+		}
+	}
+	head := fmt.Sprintf("%d port transitions within %s: %d stopped serving, %d serve again.", len(batch), window, down, len(batch)-down)
+	var b strings.Builder
+	b.WriteString(head)
+	for i, t := range batch {
+		more := fmt.Sprintf(" (and %d more)", len(batch)-i)
+		part := " " + noteOf(t) + ";"
+		if b.Len()+len(part)+len(more) > MaxNoteBytes {
+			b.WriteString(more)
+			return capNote(b.String())
+		}
+		b.WriteString(part)
+	}
+	return capNote(strings.TrimSuffix(b.String(), ";"))
 }

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package agent_test
 
 import (
@@ -267,4 +270,53 @@ func TestALongProbeReasonIsReportedWithItsNoteCut(t *testing.T) {
 			assert.True(ct, strings.HasPrefix(w[0].note, "pod web-0, port http: probe 0 (HTTP): xxxx"), w[0].note)
 		}
 	}, time.Minute, 100*time.Millisecond)
+}
+
+// Many transitions of one resource at once are reported in one summary Event with the counts,
+// not one Event each: Event writes follow slice writes (issue 19 part 4). Every transition is
+// still counted in the metrics.
+func TestManyTransitionsAtOnceAreOneSummaryEvent(t *testing.T) {
+	c := testCluster(t)
+	ns := c.Env.CreateNamespaceForTest(t, "summary")
+	labels := map[string]string{"app": "web"}
+	runner := &switchRunner{fail: map[string]bool{}}
+	var names []string
+	want := map[string]string{}
+	for i := range 12 {
+		p := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: fmt.Sprintf("web-%02d", i), Node: "node-a", Labels: labels, ContainerPorts: vmPorts, ObjectOnly: true})
+		names = append(names, p.Name)
+		want[ip(p)] = "TTF"
+	}
+	createResource(t, c, ns, "web", labels, []v1alpha1.ServicePort{namedPort("http", 80, intstr.FromInt32(8080))}, httpProbe(intstr.FromInt32(8080), 1, 1))
+	events := watchEvents(t, c, ns)
+	a := startAgent(t, c, "node-a", withRunner(runner), withWindow(3*time.Second))
+	eventuallySlices(t, c, ns, "web", map[string]map[string]string{"web-http-node-a": want})
+
+	runner.set(true, names...)
+	for k := range want {
+		want[k] = "FFF"
+	}
+	eventuallySlices(t, c, ns, "web", map[string]map[string]string{"web-http-node-a": want})
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(a.Metrics.PortTransitions.WithLabelValues("not_serving")) == 12
+	}, time.Minute, 50*time.Millisecond, "every transition is counted")
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var summaries []eventWrite
+		events.mu.Lock()
+		for _, e := range events.writes {
+			if e.reason == agent.ReasonPortsChanged {
+				summaries = append(summaries, e)
+			}
+		}
+		events.mu.Unlock()
+		if assert.NotEmpty(ct, summaries) {
+			assert.Contains(ct, summaries[len(summaries)-1].note, "stopped serving")
+		}
+	}, time.Minute, 100*time.Millisecond, "a summary Event reports them")
+	var notReady int
+	for _, n := range names {
+		notReady += len(events.about(n, agent.ReasonPortNotReady))
+	}
+	assert.Less(t, notReady, 12, "not one Event per transition")
+	assert.GreaterOrEqual(t, testutil.ToFloat64(a.Metrics.TransitionEvents.WithLabelValues("summary")), 1.0)
 }

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package agent
 
 import (
@@ -32,6 +35,10 @@ import (
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.refs = map[types.NamespacedName][]types.NamespacedName{}
 	r.published = map[types.NamespacedName]map[string]int{}
+	r.pending = map[types.NamespacedName]*pendingEvents{}
+	if r.now == nil {
+		r.now = time.Now
+	}
 	r.coalescer = coalesce.New[types.NamespacedName](r.Window, nil)
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("agent").

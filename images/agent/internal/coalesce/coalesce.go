@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package coalesce decides when a change of a key is queued: leading-edge coalescing with a
 // fixed window. The first change of a key that has not been queued within the last window is
 // queued at once; changes that follow within the window are gathered into one more queueing

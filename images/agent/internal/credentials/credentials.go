@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package credentials keeps the PostgreSQL credential Secrets that probes reference, read under
 // least privilege: one watch per referenced Secret, narrowed by the field selector
 // metadata.name=<name> (which RBAC authorizes against resourceNames), started and stopped as

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package credentials
 
 import (
@@ -232,8 +235,8 @@ func (s *Store) start(ref types.NamespacedName) *entry {
 	e := &entry{
 		ref:     ref,
 		started: time.Now(),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
 		informer: cache.NewSharedIndexInformerWithOptions(lw, &corev1.Secret{},
 			cache.SharedIndexInformerOptions{ObjectDescription: "credential Secret " + ref.String()}),
 	}

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package lease renews the agent's node Lease (coordination.k8s.io/v1) so that the controller
 // can tell a live agent from a lost one (DESIGN §5). The controller judges staleness on its own
 // clock from renewTime changes; this package only keeps renewing, through API errors, until its

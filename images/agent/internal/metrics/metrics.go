@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package metrics holds every metric the agent exports (documented in docs/METRICS.md). No metric
 // carries a per-pod or per-resource label, so the number of series does not grow with the
 // cluster and nothing is left behind when targets go.
@@ -57,6 +60,13 @@ type Metrics struct {
 	SliceWriteErrors *prometheus.CounterVec
 	// SliceConflicts counts refusals to write a slice whose name another object holds.
 	SliceConflicts prometheus.Counter
+	// PortTransitions counts the probed ports of pods that turned serving or not serving in a
+	// slice this agent wrote, by new state (serving, not_serving): every one, also those an
+	// Event reports only in a summary.
+	PortTransitions *prometheus.CounterVec
+	// TransitionEvents counts the Events that report port transitions, by kind (one: one
+	// transition; summary: the transitions of a resource in one window).
+	TransitionEvents *prometheus.CounterVec
 	// CredentialProblems counts, at scrape time, the referenced credential Secrets that cannot
 	// be used, by problem (missing, wrong_type, malformed, unreadable).
 	CredentialProblems *CredentialProblems
@@ -163,6 +173,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "swh_agent_endpointslice_name_conflicts_total",
 			Help: "Refusals to write an EndpointSlice whose name is held by an object this agent does not own.",
 		}),
+		PortTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swh_agent_port_transitions_total",
+			Help: "Probed ports of pods that turned serving or not serving in a slice this agent wrote, by new state (serving, not_serving).",
+		}, []string{"state"}),
+		TransitionEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swh_agent_transition_events_total",
+			Help: "Events reporting port transitions, by kind: one (a single transition) or summary (a resource's transitions in one window).",
+		}, []string{"kind"}),
 		CredentialProblems: &CredentialProblems{desc: prometheus.NewDesc("swh_agent_credential_secret_problems",
 			"Credential Secrets referenced by PostgreSQL probes on this node that cannot be used, by problem (missing, wrong_type, malformed, unreadable); their probes cannot run.",
 			[]string{"problem"}, nil)},
@@ -177,7 +195,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.ProbeDuration, m.ProbeResults, m.ProbeTransitions, m.SchedulingLag, m.LateRuns,
-			m.Targets, m.Endpoints, m.SliceWrites, m.SliceWriteErrors, m.SliceConflicts, m.CredentialProblems,
+			m.Targets, m.Endpoints, m.SliceWrites, m.SliceWriteErrors, m.SliceConflicts, m.PortTransitions, m.TransitionEvents, m.CredentialProblems,
 			m.LeaseLastRenew, m.LeaseRenewErrors)
 	}
 	return m

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package portrule is DESIGN §3, the per-port rule, as one pure function: from a resource's
 // spec, one pod and the results of that pod's probes to the endpoint conditions of the pod on
 // every Service port.

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package prober
 
 import (
@@ -76,8 +79,10 @@ func (p *Prober) probeHTTP(ctx context.Context, h *v1alpha1.HTTPProbe, addr neti
 		req.Header.Add(hdr.Name, hdr.Value)
 	}
 	if req.Host == "" {
+		// The dial target, as the kubelet sends it: "10.0.0.1:8080", "[2001:db8::1]:8080".
 		req.Host = addr.String()
 	}
+	req.Host = bracketIPv6(req.Host)
 	if _, ok := req.Header["User-Agent"]; !ok {
 		req.Header["User-Agent"] = []string{userAgent}
 	}
@@ -89,6 +94,9 @@ func (p *Prober) probeHTTP(ctx context.Context, h *v1alpha1.HTTPProbe, addr neti
 	if https {
 		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: h.InsecureSkipTLSVerify} //nolint:gosec // Opt-in per probe.
 		// The server name is the probe's host; without one the certificate must name the pod IP.
+		// An IP literal (the pod's, or a host that is one) is sent as no server name at all
+		// (crypto/tls leaves SNI out for one, as RFC 6066 asks) and checked against the
+		// certificate's IP SANs; it is given without brackets.
 		if h.Host != "" {
 			tlsConfig.ServerName = hostOnly(h.Host)
 		} else {
@@ -168,10 +176,25 @@ var (
 	errTLSHandshakeLimit   = &readLimitError{"TLS: handshake exceeds " + byteSize(maxTLSHandshakeBytes) + " (the prober's limit)"}
 )
 
-// hostOnly strips a :port from a Host value.
+// hostOnly strips a :port, and the brackets of an IPv6 literal, from a Host value:
+// "example.org:8443" -> "example.org", "[2001:db8::1]:8443" and "[2001:db8::1]" ->
+// "2001:db8::1".
 func hostOnly(host string) string {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		return h
+	}
+	if len(host) > 2 && host[0] == '[' && host[len(host)-1] == ']' {
+		return host[1 : len(host)-1]
+	}
+	return host
+}
+
+// bracketIPv6 writes a Host value that is a bare IPv6 literal ("2001:db8::1", which a server
+// would read as a host and a port) in brackets, as RFC 9110 and RFC 3986 ask: "[2001:db8::1]".
+// Names, IPv4 addresses and values with a port are kept.
+func bracketIPv6(host string) string {
+	if a, err := netip.ParseAddr(host); err == nil && a.Is6() {
+		return "[" + host + "]"
 	}
 	return host
 }

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package prober runs one probe (TCP, HTTP(S) or PostgreSQL) against one pod address and says
 // whether it passed. It follows the kubelet's prober: a probe returns Success or Failure with a
 // short human reason; a Go error means the probe could not be run at all (invalid input), never

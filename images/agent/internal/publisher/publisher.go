@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package publisher is the only code of the agent that writes EndpointSlices: it carries out a
 // sliceplan.Plan. It writes nothing the plan does not ask for, retries a conflicting update on
 // the latest version of the slice, and never writes a slice it does not own. It records no
@@ -43,6 +46,11 @@ type Result struct {
 func (p *Publisher) Apply(ctx context.Context, plan sliceplan.Plan) (Result, error) {
 	res := Result{Written: map[string]*discoveryv1.EndpointSlice{}, Conflicts: append([]sliceplan.Conflict(nil), plan.Conflicts...)}
 	var errs []error
+	// createFailed defers the plan's deletes: a slice the plan deletes may be the one a failed
+	// create replaces (a slice renamed, as the IPv6 slices were by issue 20, or a split port's
+	// new primary), and deleting it first would take its endpoints out of the Service until the
+	// retry. The retry, planned from the cache again, deletes what is still not desired.
+	createFailed := false
 	for _, s := range plan.Create {
 		created := s.DeepCopy()
 		err := p.Client.Create(ctx, created)
@@ -76,6 +84,7 @@ func (p *Publisher) Apply(ctx context.Context, plan sliceplan.Plan) (Result, err
 		p.count(metrics.OpCreate, err)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("creating EndpointSlice %s: %w", s.Name, err))
+			createFailed = true
 			continue
 		}
 		res.Written[s.Name] = created
@@ -89,6 +98,10 @@ func (p *Publisher) Apply(ctx context.Context, plan sliceplan.Plan) (Result, err
 		if written != nil {
 			res.Written[s.Name] = written
 		}
+	}
+	if createFailed && len(plan.Delete) > 0 {
+		errs = append(errs, fmt.Errorf("deleting %d EndpointSlice(s) waits for the retry of the failed create", len(plan.Delete)))
+		return res, errors.Join(errs...)
 	}
 	for _, s := range plan.Delete {
 		uid, rv := s.UID, s.ResourceVersion

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package scheduler runs probes on a schedule with a bounded pool of workers, applies the
 // success and failure thresholds, and reports a target's result only when it changes (the
 // kubelet prober's manager, workers and results cache in one small piece).

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package sliceplan computes, as pure functions, the EndpointSlices one agent publishes for one
 // resource on its node (DESIGN §4), and the plan that turns the existing slices into them.
 package sliceplan
@@ -77,10 +80,13 @@ func Compute(in Input) []Desired {
 			}
 			carried[carryKey{port, e.TargetRef.UID, e.Addresses[0]}] = e.Conditions
 		}
-		if len(s.Ports) == 1 && s.Ports[0].Port != nil && s.Name == (slicemeta.SliceKey{Resource: in.Resource.Name, Port: port, Node: in.Node, AddressType: s.AddressType}).Name() {
+		// The unsuffixed slice, also under the name IPv6 slices had before (an upgraded agent
+		// keeps the primary number while it renames them).
+		if k := (slicemeta.SliceKey{Resource: in.Resource.Name, Port: port, Node: in.Node, AddressType: s.AddressType}); len(s.Ports) == 1 && s.Ports[0].Port != nil && (s.Name == k.Name() || s.Name == k.LegacyName()) {
 			primaries[port+"/"+string(s.AddressType)] = *s.Ports[0].Port
 		}
 	}
+	families := Families(in.Resource)
 
 	groups := map[groupKey][]discoveryv1.Endpoint{}
 	// users counts every endpoint that uses a number, also one left out while undecided, so
@@ -97,7 +103,7 @@ func Compute(in Input) []Desired {
 			portName := portOf(in.Resource, ep.PortIndex).Name
 			for i, ip := range ips {
 				family := addressType(ip)
-				if family == "" {
+				if family == "" || (families != nil && !slices.Contains(families, family)) {
 					continue
 				}
 				gk := groupKey{port: ep.PortIndex, family: family, number: ep.TargetPort}
@@ -168,6 +174,38 @@ func Compute(in Input) []Desired {
 	}
 	slices.SortFunc(out, func(a, b Desired) int { return cmp.Compare(a.Slice.Name, b.Slice.Name) })
 	return out
+}
+
+// Families are the address families the resource's Service has, as far as the resource says,
+// and so the families its slices are published in: the built-in EndpointSlice controller
+// publishes one slice per family of the Service's ipFamilies, kube-proxy routes each ClusterIP
+// from the slices of its family, and CoreDNS answers A and AAAA queries of a headless Service
+// from the slices of each family. nil means every family the pods have.
+//
+//   - ipFamilyPolicy RequireDualStack or PreferDualStack, two ipFamilies or two clusterIPs: nil.
+//     (In a single-stack cluster the pods have one family, so PreferDualStack publishes that.)
+//   - one ipFamilies entry: that family (SingleStack, the API server's default policy then).
+//   - otherwise the Service is single-stack in the cluster's primary family, which the resource
+//     does not name: the family of spec.clusterIP when it is an address, else of status.clusterIP
+//     (the Service's, which the controller writes and the agents wait for before publishing).
+//   - a headless resource that names no family: nil (its ClusterIP "None" names none either).
+func Families(swh *v1alpha1.ServiceWithHealthchecks) []discoveryv1.AddressType {
+	s := &swh.Spec
+	if p := s.IPFamilyPolicy; p != nil && (*p == corev1.IPFamilyPolicyRequireDualStack || *p == corev1.IPFamilyPolicyPreferDualStack) {
+		return nil
+	}
+	if len(s.IPFamilies) > 1 || len(s.ClusterIPs) > 1 {
+		return nil
+	}
+	if len(s.IPFamilies) == 1 {
+		return []discoveryv1.AddressType{discoveryv1.AddressType(s.IPFamilies[0])}
+	}
+	for _, ip := range []string{s.ClusterIP, swh.Status.ClusterIP} {
+		if f := addressType(ip); f != "" {
+			return []discoveryv1.AddressType{f}
+		}
+	}
+	return nil
 }
 
 func newSlice(in Input, key slicemeta.SliceKey, family discoveryv1.AddressType, sp v1alpha1.ServicePort, number int32, eps []discoveryv1.Endpoint) *discoveryv1.EndpointSlice {

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package sliceplan
 
 import (
@@ -146,9 +149,60 @@ func TestCompute(t *testing.T) {
 			res:  resource(smtpPort),
 			pods: []*corev1.Pod{pod("p1", 8080, "10.0.0.1", "fd00::1")},
 			want: map[string]summary{
-				"mail-smtp-node-a":      {2525, []string{"10.0.0.1=TTF"}},
-				"mail-smtp-node-a-ipv6": {2525, []string{"fd00::1=TTF"}},
+				"mail-smtp-node-a":       {2525, []string{"10.0.0.1=TTF"}},
+				"mail-smtp--node-a-ipv6": {2525, []string{"fd00::1=TTF"}},
 			},
+		},
+		"a dual-stack resource publishes an IPv4-only pod in its IPv4 slice only": {
+			res:  dualStack(resource(smtpPort)),
+			pods: []*corev1.Pod{pod("p1", 8080, "10.0.0.1", "fd00::1"), pod("p2", 8080, "10.0.0.2")},
+			want: map[string]summary{
+				"mail-smtp-node-a":       {2525, []string{"10.0.0.1=TTF", "10.0.0.2=TTF"}},
+				"mail-smtp--node-a-ipv6": {2525, []string{"fd00::1=TTF"}},
+			},
+		},
+		"an IPv6-only pod is published in the IPv6 slice alone": {
+			res:  dualStack(resource(smtpPort)),
+			pods: []*corev1.Pod{pod("p1", 8080, "fd00::1")},
+			want: map[string]summary{"mail-smtp--node-a-ipv6": {2525, []string{"fd00::1=TTF"}}},
+		},
+		"an IPv6 resource publishes dual-stack pods in IPv6 slices only": {
+			res: func() *v1alpha1.ServiceWithHealthchecks {
+				r := resource(smtpPort)
+				r.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol}
+				r.Status.ClusterIP = "fd00:96::1"
+				return r
+			}(),
+			pods: []*corev1.Pod{pod("p1", 8080, "10.0.0.1", "fd00::1")},
+			want: map[string]summary{"mail-smtp--node-a-ipv6": {2525, []string{"fd00::1=TTF"}}},
+		},
+		"a single-stack resource publishes in the family of its Service's ClusterIP": {
+			res: func() *v1alpha1.ServiceWithHealthchecks {
+				r := resource(smtpPort)
+				r.Status.ClusterIP = "10.96.0.10"
+				return r
+			}(),
+			pods: []*corev1.Pod{pod("p1", 8080, "10.0.0.1", "fd00::1")},
+			want: map[string]summary{"mail-smtp-node-a": {2525, []string{"10.0.0.1=TTF"}}},
+		},
+		"an IPv6 split port keeps the number its slice had unsuffixed under the old IPv6 name": {
+			res:  dualStack(resource(webPort)),
+			pods: []*corev1.Pod{pod("p1", 8080, "fd00::1"), pod("p2", 9090, "fd00::2"), pod("p3", 9090, "fd00::3")},
+			existing: []*discoveryv1.EndpointSlice{existingSlice("mail-web-node-a-ipv6", "web", 8080, discoveryv1.AddressTypeIPv6,
+				discoveryv1.Endpoint{Addresses: []string{"fd00::1"}, Conditions: conds(true, true, false), TargetRef: &corev1.ObjectReference{UID: "uid-p1"}})},
+			want: map[string]summary{
+				"mail-web--node-a-ipv6":      {8080, []string{"fd00::1=TTF"}},
+				"mail-web--node-a-9090-ipv6": {9090, []string{"fd00::2=TTF", "fd00::3=TTF"}},
+			},
+		},
+		"an undecided endpoint keeps the verdict it has in an old-named IPv6 slice": {
+			res:     dualStack(resourceWithProbe(smtpPort)),
+			pods:    []*corev1.Pod{pod("p1", 8080, "fd00::1"), pod("p2", 8080, "fd00::2")},
+			results: portrule.Results{},
+			existing: []*discoveryv1.EndpointSlice{existingSlice("mail-smtp-node-a-ipv6", "smtp", 2525, discoveryv1.AddressTypeIPv6,
+				discoveryv1.Endpoint{Addresses: []string{"fd00::1"}, Conditions: conds(true, true, false), TargetRef: &corev1.ObjectReference{UID: "uid-p1"}},
+				discoveryv1.Endpoint{Addresses: []string{"fd00::2"}, Conditions: conds(false, false, false), TargetRef: &corev1.ObjectReference{UID: "uid-p2"}})},
+			want: map[string]summary{"mail-smtp--node-a-ipv6": {2525, []string{"fd00::1=TTF", "fd00::2=FFF"}}},
 		},
 		"a long node name is replaced by its digest": {
 			res:  resource(smtpPort),
@@ -286,6 +340,43 @@ func TestComputeSliceContent(t *testing.T) {
 	assert.Nil(t, noZone[0].Slice.Endpoints[0].Zone, "an unknown zone is omitted")
 }
 
+// dualStack makes r a RequireDualStack resource.
+func dualStack(r *v1alpha1.ServiceWithHealthchecks) *v1alpha1.ServiceWithHealthchecks {
+	policy := corev1.IPFamilyPolicyRequireDualStack
+	r.Spec.IPFamilyPolicy = &policy
+	r.Status.ClusterIP = "10.96.0.10"
+	return r
+}
+
+func TestFamilies(t *testing.T) {
+	policy := func(p corev1.IPFamilyPolicy) *corev1.IPFamilyPolicy { return &p }
+	v4, v6 := discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6
+	tests := map[string]struct {
+		spec      v1alpha1.ServiceWithHealthchecksSpec
+		clusterIP string
+		want      []discoveryv1.AddressType
+	}{
+		"RequireDualStack publishes every family":                  {spec: v1alpha1.ServiceWithHealthchecksSpec{IPFamilyPolicy: policy(corev1.IPFamilyPolicyRequireDualStack)}, clusterIP: "10.96.0.1"},
+		"PreferDualStack publishes every family the pods have":     {spec: v1alpha1.ServiceWithHealthchecksSpec{IPFamilyPolicy: policy(corev1.IPFamilyPolicyPreferDualStack)}, clusterIP: "10.96.0.1"},
+		"PreferDualStack with one family listed is still dual":     {spec: v1alpha1.ServiceWithHealthchecksSpec{IPFamilyPolicy: policy(corev1.IPFamilyPolicyPreferDualStack), IPFamilies: []corev1.IPFamily{corev1.IPv6Protocol}}},
+		"two families listed are both published":                   {spec: v1alpha1.ServiceWithHealthchecksSpec{IPFamilies: []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}}},
+		"two cluster IPs asked for are both published":             {spec: v1alpha1.ServiceWithHealthchecksSpec{ClusterIPs: []string{"10.96.0.9", "fd00:96::9"}}},
+		"one family listed is the only one":                        {spec: v1alpha1.ServiceWithHealthchecksSpec{IPFamilies: []corev1.IPFamily{corev1.IPv6Protocol}}, clusterIP: "fd00:96::1", want: []discoveryv1.AddressType{v6}},
+		"SingleStack with one family listed is that one":           {spec: v1alpha1.ServiceWithHealthchecksSpec{IPFamilyPolicy: policy(corev1.IPFamilyPolicySingleStack), IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}}, want: []discoveryv1.AddressType{v4}},
+		"an asked-for cluster IP names the family":                 {spec: v1alpha1.ServiceWithHealthchecksSpec{ClusterIP: "fd00:96::9"}, want: []discoveryv1.AddressType{v6}},
+		"nothing said is the family of the Service's ClusterIP":    {clusterIP: "10.96.0.1", want: []discoveryv1.AddressType{v4}},
+		"nothing said in an IPv6 cluster is IPv6":                  {clusterIP: "fd00:96::1", want: []discoveryv1.AddressType{v6}},
+		"a headless resource that names no family publishes every": {spec: v1alpha1.ServiceWithHealthchecksSpec{ClusterIP: corev1.ClusterIPNone}, clusterIP: corev1.ClusterIPNone},
+		"a headless resource with a family publishes that one":     {spec: v1alpha1.ServiceWithHealthchecksSpec{ClusterIP: corev1.ClusterIPNone, IPFamilies: []corev1.IPFamily{corev1.IPv6Protocol}}, clusterIP: corev1.ClusterIPNone, want: []discoveryv1.AddressType{v6}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			r := &v1alpha1.ServiceWithHealthchecks{Spec: tc.spec, Status: v1alpha1.ServiceWithHealthchecksStatus{ClusterIP: tc.clusterIP}}
+			assert.Equal(t, tc.want, Families(r))
+		})
+	}
+}
+
 func resourceWithProbe(ports ...v1alpha1.ServicePort) *v1alpha1.ServiceWithHealthchecks {
 	r := resource(ports...)
 	r.Spec.Healthcheck = &v1alpha1.Healthcheck{PeriodSeconds: 1, Probes: []v1alpha1.Probe{{
@@ -308,6 +399,28 @@ func existingSlice(name, port string, number int32, family discoveryv1.AddressTy
 		Endpoints:   eps,
 		Ports:       []discoveryv1.EndpointPort{{Name: &port, Port: &number}},
 	}
+}
+
+// An agent upgraded from the old IPv6 name finds its old-named slice (same resource, port,
+// node and family in the labels and annotation), creates the slice under the new name with the
+// same endpoints and deletes the old one. The publisher creates before it deletes, so the
+// endpoints are in some slice all along.
+func TestDiffRenamesAnOldNamedIPv6Slice(t *testing.T) {
+	res := dualStack(resourceWithProbe(smtpPort))
+	old := existingSlice("mail-smtp-node-a-ipv6", "smtp", 2525, discoveryv1.AddressTypeIPv6,
+		discoveryv1.Endpoint{Addresses: []string{"fd00::1"}, Conditions: conds(true, true, false), TargetRef: &corev1.ObjectReference{UID: "uid-p1"}})
+	// The restarted agent's probes have not decided yet: the verdict comes from the old slice.
+	desired := Compute(Input{Resource: res, Node: node, Pods: evaluated(res, portrule.Results{}, pod("p1", 8080, "fd00::1")),
+		Existing: []*discoveryv1.EndpointSlice{old}})
+	require.Len(t, desired, 1)
+	plan := Diff("mail", "uid-1", node, desired, map[string]*discoveryv1.EndpointSlice{old.Name: old})
+	require.Len(t, plan.Create, 1)
+	assert.Equal(t, "mail-smtp--node-a-ipv6", plan.Create[0].Name)
+	assert.Equal(t, old.Endpoints[0].Conditions, plan.Create[0].Endpoints[0].Conditions, "the new slice carries the old one's verdict")
+	assert.Empty(t, plan.Update)
+	require.Len(t, plan.Delete, 1)
+	assert.Equal(t, "mail-smtp-node-a-ipv6", plan.Delete[0].Name)
+	assert.Empty(t, plan.Conflicts)
 }
 
 func TestDiff(t *testing.T) {
@@ -451,8 +564,8 @@ func TestComputeWithoutPorts(t *testing.T) {
 		names[d.Slice.Name] = eps
 	}
 	assert.Equal(t, map[string][]string{
-		"mail-node-a":      {"10.0.0.1=TTF", "10.0.0.2=FFF"},
-		"mail-node-a-ipv6": {"fd00::1=TTF"},
+		"mail-node-a":       {"10.0.0.1=TTF", "10.0.0.2=FFF"},
+		"mail--node-a-ipv6": {"fd00::1=TTF"},
 	}, names, "without probes the pods follow their Ready condition")
 }
 

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command controller keeps, for every ServiceWithHealthchecks, a Service of the same name with an
 // empty selector, writes the resource's status and removes EndpointSlices that belong to nothing.
 package main

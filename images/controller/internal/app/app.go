@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package app runs the controller program from its parsed configuration.
 package app
 
@@ -24,6 +27,7 @@ func Run(ctx context.Context, cfg config.Config) error {
 		LeaderElectionNamespace: cfg.LeaderElectionNamespace,
 		AgentLeaseNamespace:     cfg.AgentLeaseNamespace,
 		AgentLostGrace:          cfg.AgentLostGrace,
+		MaxConcurrentReconciles: cfg.MaxConcurrentReconciles,
 		Logger:                  log,
 	})
 	if err != nil {
@@ -31,7 +35,8 @@ func Run(ctx context.Context, cfg config.Config) error {
 	}
 	log.Info("starting", "metricsBindAddress", cfg.MetricsBindAddress, "healthProbeBindAddress", cfg.HealthProbeBindAddress,
 		"leaderElect", cfg.LeaderElect, "leaderElectionNamespace", cfg.LeaderElectionNamespace,
-		"agentLeaseNamespace", cfg.AgentLeaseNamespace, "agentLostGrace", cfg.AgentLostGrace.String())
+		"agentLeaseNamespace", cfg.AgentLeaseNamespace, "agentLostGrace", cfg.AgentLostGrace.String(),
+		"maxConcurrentReconciles", cfg.MaxConcurrentReconciles)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running the manager: %w", err)
 	}

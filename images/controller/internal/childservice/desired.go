@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package childservice decides what the child Service of a ServiceWithHealthchecks must look
 // like and whether the controller may touch an existing Service of that name. Everything here
 // is a pure function of plain values; the reconciler holds the client.

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package childservice
 
 import (
@@ -49,7 +52,10 @@ type Input struct {
 	// Owned is what the controller's field manager owns in Live (nil when Live is nil).
 	Owned *corev1ac.ServiceApplyConfiguration
 	// PortsWithoutReady are the ports of the resource without a ready endpoint in the
-	// EndpointSlices of this resource (status.WithoutReady of the reconcile's status.Ports).
+	// EndpointSlices of this resource in some family of Live ("http", or "http (IPv6)" for a
+	// dual-stack Service that lacks one family: status.WithoutReadyIn). The selector of an
+	// adopted Service is cleared only when it is empty, so neither ClusterIP loses its
+	// endpoints in the switch.
 	PortsWithoutReady []string
 	// SelectsPods tells whether Live's selector selects any pod. Only consulted when
 	// NeedsPodCheck says so; false otherwise.

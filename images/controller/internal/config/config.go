@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package config parses and checks the controller's command line (DESIGN §12) on the module's
 // one command-line stack (lib/cmdline): the flags the programs share and the controller's own.
 package config
@@ -21,6 +24,13 @@ const (
 	DefaultKubeAPIBurst = 100
 )
 
+// Reconcile workers (--max-concurrent-reconciles): the default, and the most accepted (more
+// would only queue on the API rate limit and the API server; a larger number is a typo).
+const (
+	DefaultMaxConcurrentReconciles = 1
+	MaxMaxConcurrentReconciles     = 64
+)
+
 // Config is the controller's configuration.
 type Config struct {
 	// Common are the flags the controller shares with the agent: kubeconfig, API rate limits,
@@ -35,6 +45,8 @@ type Config struct {
 	// AgentLostGrace is how long an agent's Lease may stay unrenewed before its node's endpoints
 	// are withdrawn.
 	AgentLostGrace time.Duration
+	// MaxConcurrentReconciles is how many resources are reconciled at once.
+	MaxConcurrentReconciles int
 }
 
 // ErrHelp is returned by Parse when --help was asked for; the help was written to out.
@@ -62,6 +74,8 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Config, er
 		"The `namespace` where every agent renews a Lease for its node.")
 	p.Flags.DurationVar(&c.AgentLostGrace, "agent-lost-grace", 40*time.Second,
 		"How long an agent's Lease may go unrenewed, as seen by this controller's own clock, before the endpoints of its node are withdrawn.")
+	p.Flags.IntVar(&c.MaxConcurrentReconciles, "max-concurrent-reconciles", DefaultMaxConcurrentReconciles,
+		"How many resources are reconciled at once (1 to 64). More help only when the API server's latency, not --kube-api-qps, bounds how fast many new resources settle.")
 	if err := p.Parse(args, out); err != nil {
 		return Config{}, err
 	}
@@ -83,6 +97,9 @@ func (c *Config) check() error {
 	}
 	if c.AgentLostGrace <= 0 {
 		return cmdline.Usagef("--agent-lost-grace %s: must be positive", c.AgentLostGrace)
+	}
+	if c.MaxConcurrentReconciles < 1 || c.MaxConcurrentReconciles > MaxMaxConcurrentReconciles {
+		return cmdline.Usagef("--max-concurrent-reconciles %d: must be between 1 and %d", c.MaxConcurrentReconciles, MaxMaxConcurrentReconciles)
 	}
 	return nil
 }

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package config
 
 import (
@@ -31,6 +34,7 @@ func TestDefaults(t *testing.T) {
 		LeaderElectionNamespace: "d8-service-with-healthchecks",
 		AgentLeaseNamespace:     "d8-service-with-healthchecks",
 		AgentLostGrace:          40 * time.Second,
+		MaxConcurrentReconciles: 1,
 	}, c)
 }
 
@@ -55,6 +59,7 @@ func TestParse(t *testing.T) {
 				"--metrics-bind-address=[::1]:9000", "--health-probe-bind-address=0.0.0.0:9001",
 				"--leader-elect=false", "--leader-election-namespace=le", "--agent-lease-namespace=al",
 				"--agent-lost-grace=1m30s", "--kube-api-qps=20.5", "--kube-api-burst=7", "--log-level=debug",
+				"--max-concurrent-reconciles=4",
 			},
 			check: func(t *testing.T, c Config) {
 				assert.Equal(t, Config{
@@ -63,6 +68,7 @@ func TestParse(t *testing.T) {
 						KubeAPIQPS: 20.5, KubeAPIBurst: 7, LogLevel: cmdline.LogDebug,
 					},
 					LeaderElectionNamespace: "le", AgentLeaseNamespace: "al", AgentLostGrace: 90 * time.Second,
+					MaxConcurrentReconciles: 4,
 				}, c)
 			},
 		},
@@ -94,6 +100,9 @@ func TestParse(t *testing.T) {
 		"an empty agent lease namespace":           {args: []string{"--agent-lease-namespace="}, wantErr: "--agent-lease-namespace"},
 		"a stray argument":                         {args: []string{"run"}, wantErr: `unexpected argument "run"`},
 		"a bool flag with a value that is no bool": {args: []string{"--leader-elect=maybe"}, wantErr: "--leader-elect"},
+		"no reconcile worker":                      {args: []string{"--max-concurrent-reconciles=0"}, wantErr: "--max-concurrent-reconciles 0: must be between 1 and 64"},
+		"too many reconcile workers":               {args: []string{"--max-concurrent-reconciles=65"}, wantErr: "--max-concurrent-reconciles 65: must be between 1 and 64"},
+		"reconcile workers that are no number":     {args: []string{"--max-concurrent-reconciles=many"}, wantErr: "--max-concurrent-reconciles"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -135,13 +144,14 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 		n++
 		assert.Greater(t, len(line), len(name)+30, "--help explains %s: %q", name, line)
 	}
-	assert.Equal(t, 11, n, "the shared flags, the four of the controller and --help")
+	assert.Equal(t, 12, n, "the shared flags, the five of the controller and --help")
 	assert.Contains(t, listed["--metrics-bind-address"], `(default "127.0.0.1:8080")`)
 	assert.Contains(t, listed["--health-probe-bind-address"], `(default ":8081")`)
 	assert.Contains(t, listed["--leader-elect"], "(default true)")
 	assert.Contains(t, listed["--leader-election-namespace"], `(default "d8-service-with-healthchecks")`)
 	assert.Contains(t, listed["--agent-lease-namespace"], `(default "d8-service-with-healthchecks")`)
 	assert.Contains(t, listed["--agent-lost-grace"], "(default 40s)")
+	assert.Contains(t, listed["--max-concurrent-reconciles"], "(default 1)")
 	assert.Contains(t, listed["--kube-api-qps"], "(default 50)")
 	assert.Contains(t, listed["--kube-api-burst"], "(default 100)")
 	assert.Contains(t, listed["--log-level"], "(default info)")

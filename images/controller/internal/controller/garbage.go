@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package controller
 
 import (
@@ -18,6 +21,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/childservice"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/gc"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/index"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
 )
 
@@ -25,7 +29,7 @@ import (
 // confirmed against the API server first: a resource or node created a moment ago may not be in
 // the cache yet, and its fresh slices must not be deleted.
 func (r *Reconciler) collectSlices(ctx context.Context, swh *v1alpha1.ServiceWithHealthchecks, slices []discoveryv1.EndpointSlice) error {
-	nodes, err := r.nodeNames(ctx)
+	nodes, err := r.existingNodes(ctx, slices)
 	if err != nil {
 		return err
 	}
@@ -172,35 +176,44 @@ func (r *Reconciler) nodeExists(ctx context.Context, name string) (bool, error) 
 	return true, nil
 }
 
-// nodeNames are the names of the nodes in the cache.
-func (r *Reconciler) nodeNames(ctx context.Context) (sets.Set[string], error) {
-	var list metav1.PartialObjectMetadataList
-	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
-	if err := r.client.List(ctx, &list); err != nil {
-		r.metrics.Errors.WithLabelValues(metrics.OpRead).Inc()
-		return nil, fmt.Errorf("listing nodes: %w", err)
-	}
+// existingNodes are the nodes named by the slices (slicemeta.NodeOf) that exist in the cache:
+// what gc.Decide needs to know, read by name rather than by listing every Node.
+func (r *Reconciler) existingNodes(ctx context.Context, slices []discoveryv1.EndpointSlice) (sets.Set[string], error) {
 	names := sets.New[string]()
-	for i := range list.Items {
-		names.Insert(list.Items[i].Name)
+	asked := sets.New[string]()
+	for i := range slices {
+		name := slicemeta.NodeOf(&slices[i])
+		if name == "" || asked.Has(name) {
+			continue
+		}
+		asked.Insert(name)
+		node := &metav1.PartialObjectMetadata{}
+		node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+		err := r.client.Get(ctx, types.NamespacedName{Name: name}, node)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			r.metrics.Errors.WithLabelValues(metrics.OpRead).Inc()
+			return nil, fmt.Errorf("reading node %s: %w", name, err)
+		default:
+			names.Insert(name)
+		}
 	}
 	return names, nil
 }
 
-// listSlices returns this module's slices published for the resource name in namespace.
+// listSlices returns this module's slices published for the resource name in namespace, from
+// the cache's index by resource. They are the cache's own objects, not copies (the slices of a
+// resource on every node of a large cluster are many, and a reconcile only reads them): every
+// caller must deep-copy a slice before changing it.
 func (r *Reconciler) listSlices(ctx context.Context, namespace, name string) ([]discoveryv1.EndpointSlice, error) {
 	var list discoveryv1.EndpointSliceList
-	if err := r.client.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabels{discoveryv1.LabelManagedBy: slicemeta.ManagedBy}); err != nil {
+	if err := r.client.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{index.SliceResource: name},
+		client.UnsafeDisableDeepCopy); err != nil {
 		r.metrics.Errors.WithLabelValues(metrics.OpRead).Inc()
 		return nil, fmt.Errorf("listing the EndpointSlices of %s/%s: %w", namespace, name, err)
 	}
-	var out []discoveryv1.EndpointSlice
-	for i := range list.Items {
-		if slicemeta.ResourceOf(&list.Items[i]) == name {
-			out = append(out, list.Items[i])
-		}
-	}
-	return out, nil
+	return list.Items, nil
 }
 
 func (r *Reconciler) getService(ctx context.Context, key types.NamespacedName) (*corev1.Service, error) {

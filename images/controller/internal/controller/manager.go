@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package controller
 
 import (
@@ -11,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -37,6 +41,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/childservice"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/index"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/liveness"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/status"
@@ -51,8 +56,8 @@ const (
 	EventSource = "service-with-healthchecks-controller"
 	// controllerName names the reconciler in logs and controller-runtime's metrics.
 	controllerName = "servicewithhealthchecks"
-	// indexSliceNode indexes this module's slices by the node they were published for.
-	indexSliceNode = "swh.node"
+	// DefaultMaxConcurrentReconciles is how many resources are reconciled at once by default.
+	DefaultMaxConcurrentReconciles = 1
 )
 
 // Options configure the manager and the reconciler.
@@ -83,6 +88,15 @@ type Options struct {
 	SkipNameValidation bool
 	// Logger is the base logger.
 	Logger logr.Logger
+	// MaxConcurrentReconciles is how many resources are reconciled at once (0:
+	// DefaultMaxConcurrentReconciles). One resource is never reconciled by two workers at once
+	// (controller-runtime's queue); different resources share only the informer caches, the
+	// metrics and the record of swept Services, all safe for concurrent use.
+	MaxConcurrentReconciles int
+
+	// onReconcile, when set (tests), is called as a reconcile starts; the function it returns
+	// is called as it ends.
+	onReconcile func() func()
 }
 
 // NewManager creates a manager that runs the reconciler while it leads. It serves health on
@@ -122,6 +136,10 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, *metrics.Metrics, er
 	mgr, err := ctrl.NewManager(cfg, mo)
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating the manager: %w", err)
+	}
+	// The reconciler and the liveness runner read slices through these indexes.
+	if err := index.Register(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return nil, nil, err
 	}
 	reg := o.Registry
 	if reg == nil {
@@ -223,16 +241,12 @@ func setup(mgr ctrl.Manager, m *metrics.Metrics, o Options, agents *agentsView) 
 		fieldManager: fm,
 		agents:       agents,
 		now:          time.Now,
+		onReconcile:  o.onReconcile,
 	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &discoveryv1.EndpointSlice{}, indexSliceNode, func(obj client.Object) []string {
-		if n := slicemeta.NodeOf(obj.(*discoveryv1.EndpointSlice)); n != "" {
-			return []string{n}
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("indexing EndpointSlices by node: %w", err)
+	workers := o.MaxConcurrentReconciles
+	if workers <= 0 {
+		workers = DefaultMaxConcurrentReconciles
 	}
-
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(controllerName).
 		For(&v1alpha1.ServiceWithHealthchecks{}).
@@ -249,7 +263,7 @@ func setup(mgr ctrl.Manager, m *metrics.Metrics, o Options, agents *agentsView) 
 				DeleteFunc:  func(event.DeleteEvent) bool { return true },
 				GenericFunc: func(event.GenericEvent) bool { return false },
 			})).
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(o.SkipNameValidation)})
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(o.SkipNameValidation), MaxConcurrentReconciles: workers})
 	if agents != nil {
 		// An agent turning stale or fresh, or the guard turning on or off, changes the
 		// AgentsStale condition of the resources with slices on the nodes concerned.
@@ -279,31 +293,48 @@ func (r *Reconciler) serviceToResource(ctx context.Context, obj client.Object) [
 
 // collidingResources maps a resource to the other live resources of its namespace whose slice
 // names collide with its own (before and after a change: the handler maps both objects of an
-// update), so that their SliceNameConflict condition follows.
+// update), so that their SliceNameConflict condition follows. Only the resources named by
+// status.CollisionCandidates can collide; they are read from the cache by name.
 func (r *Reconciler) collidingResources(ctx context.Context, obj client.Object) []reconcile.Request {
 	swh, ok := obj.(*v1alpha1.ServiceWithHealthchecks)
 	if !ok {
 		return nil
 	}
-	var list v1alpha1.ServiceWithHealthchecksList
-	if err := r.client.List(ctx, &list, client.InNamespace(swh.Namespace)); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "listing the resources of a namespace for slice name conflicts", "namespace", swh.Namespace)
+	candidates, err := r.collisionCandidates(ctx, swh)
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "reading the resources whose slice names may collide", "namespace", swh.Namespace, "name", swh.Name)
 		return nil
 	}
+	// A deleted resource no longer collides, but the ones it collided with must hear of it.
+	was := *swh
+	was.DeletionTimestamp = nil
 	var out []reconcile.Request
-	for i := range list.Items {
-		other := &list.Items[i]
-		if other.Name == swh.Name {
-			continue
-		}
-		// A deleted resource no longer collides, but the ones it collided with must hear of it.
-		was := *swh
-		was.DeletionTimestamp = nil
+	for i := range candidates {
+		other := &candidates[i]
 		if len(status.Collisions(other, []v1alpha1.ServiceWithHealthchecks{was})) > 0 {
 			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(other)})
 		}
 	}
 	return out
+}
+
+// collisionCandidates reads from the cache the resources of swh's namespace named by
+// status.CollisionCandidates (those that exist): the only ones whose slice names can collide
+// with swh's on every node.
+func (r *Reconciler) collisionCandidates(ctx context.Context, swh *v1alpha1.ServiceWithHealthchecks) ([]v1alpha1.ServiceWithHealthchecks, error) {
+	var out []v1alpha1.ServiceWithHealthchecks
+	for _, name := range status.CollisionCandidates(swh) {
+		var other v1alpha1.ServiceWithHealthchecks
+		err := r.client.Get(ctx, client.ObjectKey{Namespace: swh.Namespace, Name: name}, &other)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return nil, fmt.Errorf("reading ServiceWithHealthchecks %s/%s: %w", swh.Namespace, name, err)
+		default:
+			out = append(out, other)
+		}
+	}
+	return out, nil
 }
 
 // sliceToResource maps one of this module's slices to the resource it was published for.
@@ -319,10 +350,11 @@ func sliceToResource(_ context.Context, obj client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: s.Namespace, Name: name}}}
 }
 
-// nodeToResources maps a deleted node to every resource with a slice on it.
+// nodeToResources maps a node (deleted, or whose agent's judgement changed) to every resource
+// with a slice on it. The slices are the cache's own objects (no copy): only read here.
 func (r *Reconciler) nodeToResources(ctx context.Context, obj client.Object) []reconcile.Request {
 	var list discoveryv1.EndpointSliceList
-	if err := r.client.List(ctx, &list, client.MatchingFields{indexSliceNode: obj.GetName()}); err != nil {
+	if err := r.client.List(ctx, &list, client.MatchingFields{index.SliceNode: obj.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "listing the EndpointSlices of a deleted node", "node", obj.GetName())
 		return nil
 	}

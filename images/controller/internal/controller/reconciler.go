@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package controller holds the reconciler of ServiceWithHealthchecks: it keeps the child Service,
 // collects garbage EndpointSlices and writes the status. It observes, asks the pure deciders in
 // childservice, gc and status what to do, and only then writes.
@@ -41,7 +44,8 @@ const (
 	eventSelectorCleared = "SelectorCleared"
 )
 
-// Reconciler reconciles one ServiceWithHealthchecks at a time.
+// Reconciler reconciles one ServiceWithHealthchecks per call; several calls for different
+// resources may run at once (Options.MaxConcurrentReconciles), never two for the same one.
 type Reconciler struct {
 	// client reads from the informer cache and writes slices and status.
 	client client.Client
@@ -59,10 +63,15 @@ type Reconciler struct {
 	// builtinSwept holds the UIDs of adopted Services whose built-in EndpointSlices this process
 	// has already looked for and deleted (needsBuiltinSweep).
 	builtinSwept sync.Map
+	// onReconcile is Options.onReconcile (tests).
+	onReconcile func() func()
 }
 
 // Reconcile brings the Service, the slices and the status of one resource in line.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
+	if r.onReconcile != nil {
+		defer r.onReconcile()()
+	}
 	start := time.Now()
 	defer func() {
 		r.metrics.ReconcileDuration.Observe(time.Since(start).Seconds())
@@ -100,10 +109,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{}, err
 	}
 
-	// The per-port counts are computed once: the adoption waits on them, the status shows them.
+	// The per-port counts are computed once, for the status. The adoption waits until every
+	// port has a ready endpoint in every family of the Service (WithoutReadyIn).
 	owned := status.Owned(&swh, slices)
 	ports := status.Ports(&swh, owned)
-	out, svcErr := r.syncService(ctx, &swh, live, status.WithoutReady(ports))
+	out, svcErr := r.syncService(ctx, &swh, live, status.WithoutReadyIn(&swh, owned, status.ServiceFamilies(live)))
 	gcErr := r.collectSlices(ctx, &swh, slices)
 	var stErr error
 	if !conflict(svcErr) && !out.requeue {
@@ -365,10 +375,10 @@ func (r *Reconciler) writeStatus(ctx context.Context, swh *v1alpha1.ServiceWithH
 	if out.synced.Status == metav1.ConditionFalse && (prev == nil || prev.Status != out.synced.Status || prev.Reason != out.synced.Reason) {
 		r.recorder.Eventf(swh, nil, corev1.EventTypeWarning, out.synced.Reason, "SyncService", "%s", out.synced.Message)
 	}
-	var neighbours v1alpha1.ServiceWithHealthchecksList
-	if err := r.client.List(ctx, &neighbours, client.InNamespace(swh.Namespace)); err != nil {
+	neighbours, err := r.collisionCandidates(ctx, swh)
+	if err != nil {
 		r.metrics.Errors.WithLabelValues(metrics.OpRead).Inc()
-		return fmt.Errorf("listing the resources of namespace %s for slice name conflicts: %w", swh.Namespace, err)
+		return fmt.Errorf("reading the resources whose slice names may collide with %s/%s: %w", swh.Namespace, swh.Name, err)
 	}
 	computed := status.Compute(status.Observed{
 		Resource:      swh,
@@ -376,7 +386,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, swh *v1alpha1.ServiceWithH
 		ServiceSynced: out.synced,
 		Slices:        owned,
 		Ports:         ports,
-		Neighbours:    neighbours.Items,
+		Neighbours:    neighbours,
 		Agents:        r.agents.status(),
 		Now:           metav1.NewTime(r.now()),
 	})

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package gc decides which EndpointSlices of this module no longer belong to anything. The
 // decision is a pure function; the reconciler confirms it against the API server and deletes.
 //

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package liveness judges which agents are stale, on the controller's own clock (DESIGN §5):
 // an agent is stale when the controller has not seen its node Lease's renewTime change for
 // longer than the grace. The renewTime value itself is only compared for change, never

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package metrics defines the metrics of the controller (documented in docs/METRICS.md). Labels
 // are bounded: no pod names; the per-port endpoint gauges carry the resource's namespace, name and
 // port (one series per Service port of a resource), the stale-agent gauge the node (one series

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package status
 
 import (
@@ -91,7 +94,61 @@ func TestPortsWithoutReadyEndpoint(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			assert.Equal(t, tc.want, WithoutReady(Ports(tc.swh, Owned(tc.swh, tc.slices))))
+			assert.Equal(t, tc.want, WithoutReadyIn(tc.swh, Owned(tc.swh, tc.slices), nil), "no Service families: any family counts")
+			assert.Equal(t, tc.want, WithoutReady(Ports(tc.swh, Owned(tc.swh, tc.slices))), "the same as the counts say")
+			assert.Equal(t, tc.want, WithoutReadyIn(tc.swh, Owned(tc.swh, tc.slices), []corev1.IPFamily{corev1.IPv4Protocol}), "an IPv4 Service's ports, from the IPv4 slices")
+		})
+	}
+}
+
+// A dual-stack Service is adopted only once every port has a ready endpoint of ours in both
+// families: kube-proxy routes each ClusterIP from the slices of its family alone, so clearing the
+// selector earlier would leave one ClusterIP without endpoints once the built-in slices go.
+func TestPortsWithoutReadyEndpointInEveryFamily(t *testing.T) {
+	twoPorts := adoptee(func(s *v1alpha1.ServiceWithHealthchecks) {
+		s.Spec.Ports = append(s.Spec.Ports, v1alpha1.ServicePort{Name: "metrics", Protocol: corev1.ProtocolTCP, Port: 9090})
+	})
+	slice := func(port string, family discoveryv1.AddressType, addr string, ready bool) discoveryv1.EndpointSlice {
+		key := slicemeta.SliceKey{Resource: "web", Port: port, Node: "n1", AddressType: family}
+		return discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: key.Name(), Labels: key.Labels(), OwnerReferences: []metav1.OwnerReference{slicemeta.OwnerReference("web", testUID)}},
+			AddressType: family,
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: &ready},
+				TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "web-0", UID: "uid-web-0"}}},
+		}
+	}
+	v4, v6 := discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6
+	dual := []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	tests := map[string]struct {
+		families []corev1.IPFamily
+		slices   []discoveryv1.EndpointSlice
+		want     []string
+	}{
+		"both families ready on both ports": {families: dual, slices: []discoveryv1.EndpointSlice{
+			slice("http", v4, "10.0.0.1", true), slice("http", v6, "fd00::1", true),
+			slice("metrics", v4, "10.0.0.1", true), slice("metrics", v6, "fd00::1", true),
+		}},
+		"a port ready over IPv4 only waits for IPv6": {families: dual, slices: []discoveryv1.EndpointSlice{
+			slice("http", v4, "10.0.0.1", true),
+			slice("metrics", v4, "10.0.0.1", true), slice("metrics", v6, "fd00::1", true),
+		}, want: []string{"http (IPv6)"}},
+		"a not-ready IPv6 endpoint does not count": {families: dual, slices: []discoveryv1.EndpointSlice{
+			slice("http", v4, "10.0.0.1", true), slice("http", v6, "fd00::1", false),
+			slice("metrics", v4, "10.0.0.1", true), slice("metrics", v6, "fd00::1", true),
+		}, want: []string{"http (IPv6)"}},
+		"a port ready in no family is named alone": {families: dual, slices: []discoveryv1.EndpointSlice{
+			slice("metrics", v6, "fd00::1", true),
+		}, want: []string{"http", "metrics (IPv4)"}},
+		"an IPv6 Service counts its IPv6 slices only": {families: []corev1.IPFamily{corev1.IPv6Protocol}, slices: []discoveryv1.EndpointSlice{
+			slice("http", v4, "10.0.0.1", true), slice("metrics", v6, "fd00::1", true),
+		}, want: []string{"http"}},
+		"a single-stack IPv4 Service does not wait for IPv6": {families: []corev1.IPFamily{corev1.IPv4Protocol}, slices: []discoveryv1.EndpointSlice{
+			slice("http", v4, "10.0.0.1", true), slice("metrics", v4, "10.0.0.1", true),
+		}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			assert.Equal(t, tc.want, WithoutReadyIn(twoPorts, tc.slices, tc.families))
 		})
 	}
 }

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package status
 
 import (
@@ -93,7 +96,7 @@ func TestOutOfBounds(t *testing.T) {
 		},
 		"characters are counted, not bytes, as the API server does": {
 			edit: func(s *v1alpha1.ServiceWithHealthchecksSpec) {
-				s.Healthcheck.Probes[1].HTTP.HTTPHeaders[0].Value = strings.Repeat("ж", v1alpha1.MaxHTTPHeadersLength-3)
+				s.Healthcheck.Probes[1].HTTP.HTTPHeaders[0].Value = strings.Repeat("\u0436", v1alpha1.MaxHTTPHeadersLength-3)
 			},
 		},
 		"every violation is reported, in spec order": {

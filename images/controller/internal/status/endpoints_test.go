@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package status
 
 import (
@@ -10,6 +13,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
@@ -35,6 +39,21 @@ func sl(port, node string, number int32, eps ...discoveryv1.Endpoint) discoveryv
 		Endpoints:  eps,
 		Ports:      []discoveryv1.EndpointPort{{Name: ptr.To(port), Port: ptr.To(number)}},
 	}
+}
+
+// slFamily is a slice of resource "r" for port on node in the address family, target port 8080.
+func slFamily(port, node string, family discoveryv1.AddressType, eps ...discoveryv1.Endpoint) discoveryv1.EndpointSlice {
+	s := sl(port, node, 8080, eps...)
+	s.AddressType = family
+	s.Name = slicemeta.SliceKey{Resource: "r", Port: port, Node: node, AddressType: family}.Name()
+	return s
+}
+
+// podEp is an endpoint of the pod name with one address.
+func podEp(name, addr string, ready *bool) discoveryv1.Endpoint {
+	e := ep(addr, ready)
+	e.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: name, UID: types.UID("uid-" + name)}
+	return e
 }
 
 func resource(name string, ports ...v1alpha1.ServicePort) *v1alpha1.ServiceWithHealthchecks {
@@ -99,6 +118,18 @@ func TestComputeEndpoints(t *testing.T) {
 			synced:  synced,
 			ports:   []v1alpha1.PortStatus{{Name: "web", Port: 80, ReadyEndpoints: 1, TotalEndpoints: 2}},
 			summary: "web 1/2", available: metav1.ConditionTrue, ready: metav1.ConditionTrue, reason: ReasonReady,
+		},
+		"a dual-stack pod is in a slice per family and counts once": {
+			resource: resource("r", web),
+			slices: []discoveryv1.EndpointSlice{
+				slFamily("web", "n1", discoveryv1.AddressTypeIPv4, podEp("web-0", "10.0.0.1", yes), podEp("web-1", "10.0.0.2", no)),
+				slFamily("web", "n1", discoveryv1.AddressTypeIPv6, podEp("web-0", "fd00::1", yes), podEp("web-1", "fd00::2", no)),
+				// An IPv4-only pod is in the IPv4 slice alone, and counts like the others.
+				slFamily("web", "n2", discoveryv1.AddressTypeIPv4, podEp("web-2", "10.0.0.3", yes)),
+			},
+			synced:  synced,
+			ports:   []v1alpha1.PortStatus{{Name: "web", Port: 80, ReadyEndpoints: 2, TotalEndpoints: 3}},
+			summary: "web 2/3", available: metav1.ConditionTrue, ready: metav1.ConditionTrue, reason: ReasonReady,
 		},
 		"a port without a ready endpoint is named and makes the resource not ready": {
 			resource: resource("r", web, smtp),
@@ -169,6 +200,36 @@ func TestComputeEndpoints(t *testing.T) {
 			assert.False(t, Changed(&got, &again), "computing again from the same world changes nothing")
 		})
 	}
+}
+
+// EndpointsAvailable of a dual-stack resource asks for a ready endpoint in each family of its
+// Service: a port ready over IPv4 only is named with the family it lacks.
+func TestEndpointsAvailableInEveryFamilyOfTheService(t *testing.T) {
+	yes := ptr.To(true)
+	r := resource("r", web)
+	slices := []discoveryv1.EndpointSlice{slFamily("web", "n1", discoveryv1.AddressTypeIPv4, podEp("web-0", "10.0.0.1", yes))}
+	dual := &corev1.Service{Spec: corev1.ServiceSpec{IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}}}
+	single := &corev1.Service{Spec: corev1.ServiceSpec{IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}}}
+	synced := metav1.Condition{Status: metav1.ConditionTrue, Reason: "Synced", Message: "ok"}
+
+	got := Compute(Observed{Resource: r, ServiceSynced: synced, Slices: slices, Service: dual, Now: metav1.Now()})
+	c := meta.FindStatusCondition(got.Conditions, v1alpha1.ConditionEndpointsAvailable)
+	require.NotNil(t, c)
+	assert.Equal(t, metav1.ConditionFalse, c.Status)
+	assert.Equal(t, "no ready endpoint for port web (IPv6)", c.Message)
+	assert.Equal(t, "web 1/1", got.ReadySummary, "the counts are pods, whatever the family")
+
+	got = Compute(Observed{Resource: r, ServiceSynced: synced, Slices: slices, Service: single, Now: metav1.Now()})
+	c = meta.FindStatusCondition(got.Conditions, v1alpha1.ConditionEndpointsAvailable)
+	require.NotNil(t, c)
+	assert.Equal(t, metav1.ConditionTrue, c.Status, "a single-stack Service needs its own family only")
+
+	slices = append(slices, slFamily("web", "n1", discoveryv1.AddressTypeIPv6, podEp("web-0", "fd00::1", yes)))
+	got = Compute(Observed{Resource: r, ServiceSynced: synced, Slices: slices, Service: dual, Now: metav1.Now()})
+	c = meta.FindStatusCondition(got.Conditions, v1alpha1.ConditionEndpointsAvailable)
+	require.NotNil(t, c)
+	assert.Equal(t, metav1.ConditionTrue, c.Status, "%s", c.Message)
+	assert.Equal(t, "web 1/1", got.ReadySummary, "the dual-stack pod counts once")
 }
 
 func TestComputeSliceNameConflict(t *testing.T) {

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package status computes the status of a ServiceWithHealthchecks from what the controller
 // observed. It is a pure function; the reconciler writes the result only when it differs from
 // the status the resource already has.
@@ -74,7 +77,8 @@ type Observed struct {
 	// Ports are Ports(Resource, Slices) when the caller has computed them already (the
 	// reconciler does, once per reconcile); nil computes them here.
 	Ports []v1alpha1.PortStatus
-	// Neighbours are the other live resources of the namespace (the resource itself and
+	// Neighbours are other live resources of the namespace: at least those named by
+	// CollisionCandidates(Resource) (the resource itself, resources of other namespaces and
 	// resources being deleted are skipped). SliceNameConflict is computed from their names.
 	Neighbours []v1alpha1.ServiceWithHealthchecks
 	// Agents is the liveness judgement; nil when the controller does not judge the agents
@@ -101,13 +105,13 @@ func Compute(o Observed) v1alpha1.ServiceWithHealthchecksStatus {
 		st.Ports = Ports(o.Resource, o.Slices)
 	}
 	st.ReadySummary = Summary(st.Ports)
-	available := endpointsAvailable(st.Ports)
+	available := endpointsAvailable(st.Ports, WithoutReadyIn(o.Resource, o.Slices, ServiceFamilies(o.Service)))
 	if len(o.Resource.Spec.Ports) == 0 && o.Resource.Spec.ClusterIP == corev1.ClusterIPNone {
 		// A headless resource without ports publishes port-less slices: its endpoints are
 		// counted as one pseudo-port without a name or number.
 		pseudo := Ports(&v1alpha1.ServiceWithHealthchecks{Spec: v1alpha1.ServiceWithHealthchecksSpec{Ports: []v1alpha1.ServicePort{{}}}}, o.Slices)
 		st.ReadySummary = Summary(pseudo)
-		available = endpointsAvailable(pseudo)
+		available = endpointsAvailable(pseudo, WithoutReady(pseudo))
 		if available.Status == metav1.ConditionTrue {
 			available.Message = "a ready endpoint is published (the resource has no ports)"
 		} else {
@@ -161,18 +165,36 @@ func withType(c metav1.Condition, typ string) metav1.Condition {
 	return c
 }
 
-// endpointKey identifies an endpoint of a port: one address with one target port number.
+// endpointKey identifies an endpoint of a port: one pod with one target port number. A
+// dual-stack pod is listed in the slice of each family (one address each) and is one endpoint.
 type endpointKey struct {
-	address string
-	port    int32
+	pod  string
+	port int32
+}
+
+// podKeys are the keys an endpoint counts under: its pod (targetRef UID, else namespace/name),
+// or, for an endpoint that names no pod, each of its addresses.
+func podKeys(ep *discoveryv1.Endpoint, port int32) []endpointKey {
+	if r := ep.TargetRef; r != nil && (r.UID != "" || r.Name != "") {
+		id := string(r.UID)
+		if id == "" {
+			id = r.Namespace + "/" + r.Name
+		}
+		return []endpointKey{{pod: "pod:" + id, port: port}}
+	}
+	keys := make([]endpointKey, 0, len(ep.Addresses))
+	for _, a := range ep.Addresses {
+		keys = append(keys, endpointKey{pod: "address:" + a, port: port})
+	}
+	return keys
 }
 
 // Ports counts the endpoints of every Service port of swh across its slices (Owned: of this
 // module and owned by swh's UID), each slice for the port its port label names. An endpoint is
-// counted once per (address, target port), however many slices list it, and is ready when any
-// of them says it is ready (an unset ready condition means ready, as kube-proxy reads it). The
-// reconciler computes this once per reconcile: the status and the adoption's "every port has a
-// ready endpoint" (WithoutReady) both read it.
+// a pod with a target port number, counted once however many slices list it — a dual-stack pod
+// is in one slice per family and counts once — and is ready when any of them says it is ready
+// (an unset ready condition means ready, as kube-proxy reads it). The reconciler computes this
+// once per reconcile; the status shows it.
 func Ports(swh *v1alpha1.ServiceWithHealthchecks, slices []discoveryv1.EndpointSlice) []v1alpha1.PortStatus {
 	if len(swh.Spec.Ports) == 0 {
 		return nil
@@ -185,14 +207,11 @@ func Ports(swh *v1alpha1.ServiceWithHealthchecks, slices []discoveryv1.EndpointS
 			if port, ok := slicemeta.PortOf(s); !ok || port != p.Name {
 				continue
 			}
-			var number int32
-			if len(s.Ports) > 0 && s.Ports[0].Port != nil {
-				number = *s.Ports[0].Port
-			}
-			for _, ep := range s.Endpoints {
+			number := sliceNumber(s)
+			for j := range s.Endpoints {
+				ep := &s.Endpoints[j]
 				isReady := ep.Conditions.Ready == nil || *ep.Conditions.Ready
-				for _, a := range ep.Addresses {
-					k := endpointKey{address: a, port: number}
+				for _, k := range podKeys(ep, number) {
 					ready[k] = ready[k] || isReady
 				}
 			}
@@ -206,6 +225,79 @@ func Ports(swh *v1alpha1.ServiceWithHealthchecks, slices []discoveryv1.EndpointS
 		out = append(out, ps)
 	}
 	return out
+}
+
+func sliceNumber(s *discoveryv1.EndpointSlice) int32 {
+	if len(s.Ports) > 0 && s.Ports[0].Port != nil {
+		return *s.Ports[0].Port
+	}
+	return 0
+}
+
+// WithoutReadyIn names the ports of swh (DisplayName, in spec order) that have no ready
+// endpoint in the slices of some family of the Service: families are the Service's
+// spec.ipFamilies, and none means that any family counts (no Service to ask yet). kube-proxy
+// routes each ClusterIP from the slices of its family only, so a dual-stack Service needs a
+// ready endpoint in both: a port that lacks one family is named with it, "http (IPv6)"; a port
+// without a ready endpoint in any family, or of a single-stack Service, by its name alone. The
+// adoption clears a Service's selector only when this is empty (DESIGN §11), and
+// EndpointsAvailable is True only then.
+func WithoutReadyIn(swh *v1alpha1.ServiceWithHealthchecks, slices []discoveryv1.EndpointSlice, families []corev1.IPFamily) []string {
+	var out []string
+	for _, p := range swh.Spec.Ports {
+		readyIn := map[corev1.IPFamily]bool{}
+		for i := range slices {
+			s := &slices[i]
+			if port, ok := slicemeta.PortOf(s); !ok || port != p.Name {
+				continue
+			}
+			for j := range s.Endpoints {
+				if r := s.Endpoints[j].Conditions.Ready; r == nil || *r {
+					readyIn[sliceFamily(s)] = true
+					break
+				}
+			}
+		}
+		var missing []string
+		if len(families) == 0 {
+			if len(readyIn) == 0 {
+				missing = append(missing, "")
+			}
+		} else {
+			for _, f := range families {
+				if !readyIn[f] {
+					missing = append(missing, string(f))
+				}
+			}
+		}
+		switch {
+		case len(missing) == 0:
+		case len(families) < 2 || len(missing) == len(families):
+			out = append(out, p.DisplayName())
+		default:
+			for _, f := range missing {
+				out = append(out, p.DisplayName()+" ("+f+")")
+			}
+		}
+	}
+	return out
+}
+
+// sliceFamily is the IP family of a slice's addresses (a slice without an address type, which
+// the API server never returns, counts as IPv4, the default of slicemeta.SliceKey).
+func sliceFamily(s *discoveryv1.EndpointSlice) corev1.IPFamily {
+	if s.AddressType == discoveryv1.AddressTypeIPv6 {
+		return corev1.IPv6Protocol
+	}
+	return corev1.IPv4Protocol
+}
+
+// ServiceFamilies are the IP families of a Service (spec.ipFamilies; nil for no Service).
+func ServiceFamilies(svc *corev1.Service) []corev1.IPFamily {
+	if svc == nil {
+		return nil
+	}
+	return svc.Spec.IPFamilies
 }
 
 // Owned are the slices of this module owned by swh's UID: the only ones its status counts.
@@ -245,11 +337,13 @@ func Summary(ports []v1alpha1.PortStatus) string {
 	return strings.Join(parts, ", ")
 }
 
-func endpointsAvailable(ports []v1alpha1.PortStatus) metav1.Condition {
+// endpointsAvailable is the EndpointsAvailable condition of the ports, of which missing
+// (WithoutReadyIn) have no ready endpoint.
+func endpointsAvailable(ports []v1alpha1.PortStatus, missing []string) metav1.Condition {
 	if len(ports) == 0 {
 		return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonNoPorts, Message: "the resource exposes no port"}
 	}
-	if missing := WithoutReady(ports); len(missing) > 0 {
+	if len(missing) > 0 {
 		return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonNoReadyEndpoints,
 			Message: "no ready endpoint for port " + strings.Join(missing, ", ")}
 	}
@@ -277,6 +371,33 @@ func Collisions(swh *v1alpha1.ServiceWithHealthchecks, neighbours []v1alpha1.Ser
 	}
 	slices.Sort(out)
 	return out
+}
+
+// CollisionCandidates are the names of the only resources of swh's namespace that Collisions
+// can find colliding with swh, so that the caller reads those by name instead of listing the
+// namespace. Prefix(n, q) ends with "-"; it equals Prefix(swh.Name, p) = P only if
+//
+//   - q is empty and n is P without its last dash (for p empty that is swh itself), or
+//   - q is not empty and n is the part of P before one of its other dashes (q is the rest,
+//     without the last dash).
+//
+// So the candidates are the parts of each of swh's prefixes before each of its dashes, swh's own
+// name left out; sorted and without duplicates. For a port p the last one is swh.Name+"-"+p (a
+// resource of that name with an unnamed port); no name longer than a prefix can collide with
+// it, so with an unnamed port only names shorter than swh.Name are candidates. Without ports
+// there are none (Collisions looks only at ports).
+func CollisionCandidates(swh *v1alpha1.ServiceWithHealthchecks) []string {
+	var out []string
+	for _, p := range swh.Spec.Ports {
+		prefix := slicemeta.Prefix(swh.Name, p.Name)
+		for i := range len(prefix) {
+			if prefix[i] == '-' && prefix[:i] != swh.Name && prefix[:i] != "" {
+				out = append(out, prefix[:i])
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func nameConflict(swh *v1alpha1.ServiceWithHealthchecks, neighbours []v1alpha1.ServiceWithHealthchecks) metav1.Condition {

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package withdraw
 
 import (
@@ -114,7 +117,8 @@ func (r *Runner) observe(ctx context.Context, period time.Duration) error {
 	}
 	var nodeList metav1.PartialObjectMetadataList
 	nodeList.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
-	if err := r.Nodes.List(ctx, &nodeList); err != nil {
+	// The cache's own objects (no copy), only read: a list of every Node on each observation.
+	if err := r.Nodes.List(ctx, &nodeList, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing Nodes: %w", err)
 	}
 	nodes := sets.New[string]()
@@ -185,7 +189,8 @@ func agentLease(l *coordinationv1.Lease) (node string, renew time.Time, ok bool)
 
 // Setup adds the liveness runner to mgr: Leases in namespace are judged with grace (those of
 // Nodes in mgr's cache), our slices of stale nodes withdrawn through mgr's client, metrics
-// registered with reg. Every verdict is
+// registered with reg. mgr's field indexer must hold index.SliceNode (index.Register, once per
+// manager). Every verdict is
 // published on board (optional), and notify (optional) hears which nodes' judgement changed.
 func Setup(mgr ctrl.Manager, reg prometheus.Registerer, namespace string, grace time.Duration, board *liveness.Board, notify func(context.Context, []string)) (*Runner, error) {
 	m, err := NewMetrics(reg)

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package withdraw
 
 import (
@@ -26,6 +29,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/index"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/liveness"
 )
 
@@ -95,6 +99,7 @@ func TestRunnerWithdrawsAfterTheGraceAndNotBefore(t *testing.T) {
 		}},
 	})
 	require.NoError(t, err)
+	require.NoError(t, index.Register(t.Context(), mgr.GetFieldIndexer()))
 	r, err := Setup(mgr, prometheus.NewRegistry(), w.ns, grace, nil, nil)
 	require.NoError(t, err)
 	m := r.Withdrawer.Metrics
@@ -244,7 +249,7 @@ func TestRunnerRestartsTheGraceAfterItCouldNotSeeTheLeases(t *testing.T) {
 	m, err := NewMetrics(prometheus.NewRegistry())
 	require.NoError(t, err)
 	r := &Runner{
-		Withdrawer: &Withdrawer{Client: env.Client, Tracker: tr, Metrics: m, Log: logr.Discard()},
+		Withdrawer: &Withdrawer{Client: w.client, Tracker: tr, Metrics: m, Log: logr.Discard()},
 		Leases:     reader, Nodes: env.Client, Namespace: w.ns, Log: logr.Discard(),
 	}
 	agents := map[string]*fakeAgent{}
@@ -377,6 +382,7 @@ func startReplica(t *testing.T, ns string, grace time.Duration) (*Runner, func()
 		}},
 	})
 	require.NoError(t, err)
+	require.NoError(t, index.Register(t.Context(), mgr.GetFieldIndexer()))
 	r, err := Setup(mgr, prometheus.NewRegistry(), ns, grace, nil, nil)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())

@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package withdraw
 
 import (
@@ -33,6 +36,7 @@ swh_controller_agent_stale{node="wd-m1"} 1
 	w.tracker.Observe("wd-m1", time.Unix(3, 0))
 	w.tracker.Observe("wd-m3", time.Unix(3, 0))
 	w.clock.Step(30 * time.Second) // wd-m2 has been silent for 41 s, the others for 30 s
+	w.caughtUp(t, "wd-m1")
 	_, err = w.w.Run(t.Context())
 	require.NoError(t, err)
 	require.NoError(t, testutil.CollectAndCompare(gauge, strings.NewReader(`

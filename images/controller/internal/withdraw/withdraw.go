@@ -1,3 +1,6 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package withdraw withdraws the endpoints of nodes whose agent is stale (DESIGN §5): every
 // endpoint of our slices of such a node is set to ready=false, serving=false; the slices are
 // kept for the returning agent, which republishes after its own decisive results. While the
@@ -13,11 +16,13 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/index"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/liveness"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
 )
@@ -123,7 +128,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 // Withdrawer is the thin writer: it asks the tracker for a verdict and withdraws the endpoints
 // of the stale nodes, unless the guard holds.
 type Withdrawer struct {
-	// Client reads resources and slices and writes slices.
+	// Client reads resources and slices and writes slices. It must read from a cache that
+	// holds index.SliceNode (index.Register).
 	Client client.Client
 	// Tracker judges the agents.
 	Tracker *liveness.Tracker
@@ -188,21 +194,38 @@ func (w *Withdrawer) Run(ctx context.Context) (liveness.Verdict, error) {
 	return v, errors.Join(errs...)
 }
 
+// plan reads, through the cache's index by node, the slices of the stale nodes, and the live
+// resources they name by name, and asks Plan. The cost grows with the slices of those nodes,
+// not with every slice and resource of the cluster: the runner calls it on every observation
+// while a node stays stale.
 func (w *Withdrawer) plan(ctx context.Context, nodes []string) ([]*discoveryv1.EndpointSlice, error) {
-	var resources v1alpha1.ServiceWithHealthchecksList
-	if err := w.Client.List(ctx, &resources); err != nil {
-		return nil, fmt.Errorf("listing ServiceWithHealthchecks: %w", err)
+	var all []discoveryv1.EndpointSlice
+	for _, n := range nodes {
+		var slices discoveryv1.EndpointSliceList
+		// The cache's own objects, not copies: Plan copies what it changes.
+		if err := w.Client.List(ctx, &slices, client.MatchingFields{index.SliceNode: n}, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, fmt.Errorf("listing our EndpointSlices of node %s: %w", n, err)
+		}
+		all = append(all, slices.Items...)
 	}
-	owners := make(map[types.NamespacedName]types.UID, len(resources.Items))
-	for i := range resources.Items {
-		r := &resources.Items[i]
-		owners[types.NamespacedName{Namespace: r.Namespace, Name: r.Name}] = r.UID
+	owners := map[types.NamespacedName]types.UID{}
+	for i := range all {
+		key := types.NamespacedName{Namespace: all[i].Namespace, Name: all[i].Labels[slicemeta.LabelResource]}
+		if _, seen := owners[key]; seen || key.Name == "" {
+			continue
+		}
+		var swh v1alpha1.ServiceWithHealthchecks
+		err := w.Client.Get(ctx, key, &swh)
+		switch {
+		case apierrors.IsNotFound(err):
+			owners[key] = "" // no live resource: none of its slices is ours to withdraw
+		case err != nil:
+			return nil, fmt.Errorf("reading ServiceWithHealthchecks %s: %w", key, err)
+		default:
+			owners[key] = swh.UID
+		}
 	}
-	var slices discoveryv1.EndpointSliceList
-	if err := w.Client.List(ctx, &slices, client.MatchingLabels{discoveryv1.LabelManagedBy: slicemeta.ManagedBy}); err != nil {
-		return nil, fmt.Errorf("listing our EndpointSlices: %w", err)
-	}
-	return Plan(slices.Items, owners, nodes), nil
+	return Plan(all, owners, nodes), nil
 }
 
 func (w *Withdrawer) countError() {

@@ -1,6 +1,10 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package withdraw
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -12,14 +16,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/index"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/liveness"
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
 )
@@ -116,6 +123,7 @@ func TestPlan(t *testing.T) {
 // nodes' Leases once.
 type world struct {
 	ns      string
+	client  client.Client // reads from a cache, as the controller's does
 	clock   *clocktesting.FakeClock
 	tracker *liveness.Tracker
 	metrics *Metrics
@@ -144,8 +152,53 @@ func newWorld(t *testing.T, nodes ...string) *world {
 	}
 	m, err := NewMetrics(prometheus.NewRegistry())
 	require.NoError(t, err)
-	return &world{ns: ns, clock: clk, tracker: tr, metrics: m,
-		w: &Withdrawer{Client: env.Client, Tracker: tr, Metrics: m, Log: logr.Discard()}}
+	c := cachedClient(t)
+	w := &world{ns: ns, clock: clk, tracker: tr, metrics: m, client: c,
+		w: &Withdrawer{Client: c, Tracker: tr, Metrics: m, Log: logr.Discard()}}
+	w.caughtUp(t, nodes...)
+	return w
+}
+
+// cachedClient is a client that reads, like the controller's, from an informer cache of our
+// slices with the index by node (the withdrawer reads through it), and writes to the API server.
+func cachedClient(t *testing.T) client.Client {
+	t.Helper()
+	c, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme, ByObject: map[client.Object]cache.ByObject{
+		&discoveryv1.EndpointSlice{}: {Label: labels.SelectorFromSet(labels.Set{discoveryv1.LabelManagedBy: slicemeta.ManagedBy})},
+	}})
+	require.NoError(t, err)
+	require.NoError(t, index.Register(t.Context(), c))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		assert.NoError(t, c.Start(ctx))
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	require.True(t, c.WaitForCacheSync(t.Context()), "the cache syncs")
+	cl, err := client.New(env.Config, client.Options{Scheme: env.Scheme, Cache: &client.CacheOptions{Reader: c}})
+	require.NoError(t, err)
+	return cl
+}
+
+// caughtUp waits until the world's cache holds the slices of the nodes as the API server has
+// them (a withdrawal decided on an older copy would conflict with the newer slice).
+func (w *world) caughtUp(t *testing.T, nodes ...string) {
+	t.Helper()
+	for _, n := range nodes {
+		w.sees(t, w.get(t, n))
+	}
+}
+
+// sees waits until the world's cache holds s at its resourceVersion.
+func (w *world) sees(t *testing.T, s *discoveryv1.EndpointSlice) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var cached discoveryv1.EndpointSlice
+		if assert.NoError(c, w.client.Get(t.Context(), client.ObjectKeyFromObject(s), &cached)) {
+			assert.Equal(c, s.ResourceVersion, cached.ResourceVersion)
+		}
+	}, 30*time.Second, 20*time.Millisecond, "the cache sees slice %s/%s", s.Namespace, s.Name)
 }
 
 // passGrace advances past the grace while the fresh nodes keep renewing.
@@ -188,6 +241,7 @@ func TestWithdrawerWithdrawsTheStaleNodeAndLeavesTheFreshOnes(t *testing.T) {
 
 	// A second round finds nothing left to write.
 	withdrawnRV := stale.ResourceVersion
+	w.caughtUp(t, "wd-a1")
 	_, err = w.w.Run(t.Context())
 	require.NoError(t, err)
 	assert.Equal(t, withdrawnRV, w.get(t, "wd-a1").ResourceVersion, "an already withdrawn slice is not written again")
@@ -213,6 +267,49 @@ func TestWithdrawerWithdrawsNothingWhileTheGuardHolds(t *testing.T) {
 	assert.InDelta(t, 1, testutil.ToFloat64(w.metrics.GuardHolding), 0)
 	assert.InDelta(t, 2, testutil.ToFloat64(w.metrics.StaleAgents), 0)
 	assert.InDelta(t, 0, testutil.ToFloat64(w.metrics.WithdrawnSlices), 0)
+}
+
+// TestWithdrawerFindsTheSlicesOfAStaleNodeInEveryNamespace: the slices of a stale node are
+// found through the index by node in every namespace, each checked against its own live
+// resource; a slice of a resource that no longer exists, and the slices of a fresh node, are
+// left alone.
+func TestWithdrawerFindsTheSlicesOfAStaleNodeInEveryNamespace(t *testing.T) {
+	w := newWorld(t, "wd-d1", "wd-d2", "wd-d3")
+	ns2 := env.CreateNamespaceForTest(t, "withdraw2")
+	api := &v1alpha1.ServiceWithHealthchecks{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns2, Name: "api"},
+		Spec: v1alpha1.ServiceWithHealthchecksSpec{
+			Selector: map[string]string{"app": "api"},
+			Ports:    []v1alpha1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}
+	require.NoError(t, env.Client.Create(t.Context(), api))
+	made := map[string]*discoveryv1.EndpointSlice{}
+	for name, s := range map[string]discoveryv1.EndpointSlice{
+		"api on the stale node":      slice(ns2, "api", api.UID, "wd-d1", ptr.To(true), ptr.To(true)),
+		"api on a fresh node":        slice(ns2, "api", api.UID, "wd-d2", ptr.To(true), ptr.To(true)),
+		"a deleted resource's slice": slice(ns2, "gone", "uid-gone", "wd-d1", ptr.To(true), ptr.To(true)),
+	} {
+		require.NoError(t, env.Client.Create(t.Context(), &s))
+		w.sees(t, &s)
+		made[name] = &s
+	}
+	w.passGrace("wd-d2", "wd-d3")
+
+	v, err := w.w.Run(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"wd-d1"}, v.Stale)
+	read := func(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
+		var got discoveryv1.EndpointSlice
+		require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(s), &got))
+		return &got
+	}
+	assert.Equal(t, ptr.To(false), w.get(t, "wd-d1").Endpoints[0].Conditions.Ready, "the stale node's slice in the first namespace is withdrawn")
+	assert.Equal(t, ptr.To(false), read(made["api on the stale node"]).Endpoints[0].Conditions.Ready, "and the one in the second namespace")
+	for _, name := range []string{"api on a fresh node", "a deleted resource's slice"} {
+		assert.Equal(t, made[name].ResourceVersion, read(made[name]).ResourceVersion, "%s is not written", name)
+	}
+	assert.InDelta(t, 2, testutil.ToFloat64(w.metrics.WithdrawnSlices), 0)
 }
 
 func TestWithdrawerLeavesEverythingWhileNoAgentIsStale(t *testing.T) {
