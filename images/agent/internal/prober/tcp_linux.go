@@ -40,14 +40,15 @@ func connectAndReset(ctx context.Context, addr netip.AddrPort, deadline time.Tim
 		_ = syscall.Close(fd)
 		return failure(netReason(ctx, err, timeout))
 	}
-	switch err := connect(fd, addr); err {
-	case nil, syscall.EISCONN:
+	// connect returns the bare errno (0: connected), so a switch on its value is exact.
+	switch errno := connect(fd, addr); errno {
+	case 0, syscall.EISCONN:
 		_ = syscall.Close(fd)
 		return success("connected")
 	case syscall.EINPROGRESS, syscall.EALREADY, syscall.EINTR:
 	default:
 		_ = syscall.Close(fd)
-		return failure(netReason(ctx, err, timeout))
+		return failure(netReason(ctx, errno, timeout))
 	}
 	if done, err := connectDone(fd); done {
 		_ = syscall.Close(fd)
@@ -134,8 +135,8 @@ func connectDone(fd int) (bool, error) {
 }
 
 // connect starts a connect of fd to addr with a socket address on the stack (syscall.Connect
-// takes an interface, which puts it on the heap).
-func connect(fd int, addr netip.AddrPort) error {
+// takes an interface, which puts it on the heap) and returns the system call's errno.
+func connect(fd int, addr netip.AddrPort) syscall.Errno {
 	var errno syscall.Errno
 	port := [2]byte{byte(addr.Port() >> 8), byte(addr.Port())} // network byte order
 	if addr.Addr().Is4() {
@@ -145,8 +146,5 @@ func connect(fd int, addr netip.AddrPort) error {
 		sa := syscall.RawSockaddrInet6{Family: syscall.AF_INET6, Port: *(*uint16)(unsafe.Pointer(&port)), Addr: addr.Addr().As16()}
 		_, _, errno = syscall.Syscall(syscall.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa)), unsafe.Sizeof(sa))
 	}
-	if errno != 0 {
-		return errno
-	}
-	return nil
+	return errno
 }
