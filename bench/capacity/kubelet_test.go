@@ -4,21 +4,14 @@
 package capacity
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -150,21 +143,7 @@ func runKubelet(b *testing.B, mode string, n int, addrs []string) {
 	mu.Unlock()
 	r, f := runs.Load(), failures.Load()
 
-	wall := wall1.Sub(wall0).Seconds()
-	cpu0, cpu1 := user0+sys0, user1+sys1
-	if cpu1 > cpu0 {
-		// The kernel's share: syscalls and, on loopback, the TCP work of both ends.
-		b.ReportMetric(float64(sys1-sys0)/float64(cpu1-cpu0)*100, "sys-%")
-	}
-	b.ReportMetric((cpu1-cpu0).Seconds()/wall, "cpu-cores")
-	b.ReportMetric(float64(peakRSS(b))/(1<<20), "peak-RSS-MiB")
-	b.ReportMetric(percentile(got, 0.50)*1000, "lag-p50-ms")
-	b.ReportMetric(percentile(got, 0.99)*1000, "lag-p99-ms")
-	b.ReportMetric(float64(r)/wall, "probes/s")
-	b.ReportMetric(float64(f)/wall, "failures/s")
-	if r > 0 {
-		b.ReportMetric((cpu1-cpu0).Seconds()/float64(r)*1e6, "cpu-µs/probe")
-	}
+	report(b, reportInput{wall: wall1.Sub(wall0), user: user1 - user0, sys: sys1 - sys0, runs: r, failures: f, lags: got})
 }
 
 // failureReasons counts why probes failed (addresses and ports left out), for stderr.
@@ -187,93 +166,4 @@ func (f *failureReasons) print(b *testing.B) {
 	for r, n := range f.counts {
 		fmt.Fprintf(os.Stderr, "%s: %d failures: %s\n", b.Name(), n, r)
 	}
-}
-
-// The helpers below match images/agent/internal/scheduler/capacity_bench_test.go.
-
-func percentile(vs []float64, p float64) float64 {
-	if len(vs) == 0 {
-		return 0
-	}
-	slices.Sort(vs)
-	return vs[min(int(float64(len(vs))*p), len(vs)-1)]
-}
-
-// cpuTime is the user and system CPU time of this process so far.
-func cpuTime(b *testing.B) (user, sys time.Duration) {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
-}
-
-// peakRSS is the process's peak resident set size (VmHWM) in bytes.
-func peakRSS(b *testing.B) int64 {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		b.Fatal(err)
-	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	b.Fatal("no VmHWM in /proc/self/status")
-	return 0
-}
-
-func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		b.Fatalf("%s=%q: %v", name, v, err)
-	}
-	return d
-}
-
-// startServer runs ./server in a process of its own and returns its listener addresses by
-// protocol; it stops when the benchmark ends.
-func startServer(b *testing.B) map[string][]string {
-	bin := os.Getenv("SWH_CAPACITY_SERVER")
-	if bin == "" {
-		bin = filepath.Join(b.TempDir(), "server")
-		if out, err := exec.Command("go", "build", "-o", bin, "./server").CombinedOutput(); err != nil {
-			b.Fatalf("building the capacity server: %v\n%s", err, out)
-		}
-	}
-	cmd := exec.Command(bin)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		b.Fatalf("starting the capacity server: %v", err)
-	}
-	b.Cleanup(func() {
-		_ = stdin.Close() // the server exits when its stdin closes
-		_ = cmd.Wait()
-	})
-	line, err := bufio.NewReader(stdout).ReadBytes('\n')
-	if err != nil {
-		b.Fatalf("reading the capacity server's addresses: %v", err)
-	}
-	addrs := map[string][]string{}
-	if err := json.Unmarshal(line, &addrs); err != nil {
-		b.Fatalf("parsing the capacity server's addresses %q: %v", line, err)
-	}
-	return addrs
 }

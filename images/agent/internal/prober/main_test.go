@@ -92,6 +92,13 @@ func inNetns(t *testing.T, nftScript string, fn func()) {
 // "net.ipv4.tcp_rmem": "4096 16384 16384"); an empty nftScript adds no rules.
 func inNetnsWith(t *testing.T, nftScript string, sysctls map[string]string, fn func()) {
 	t.Helper()
+	inNamedNetns(t, nftScript, sysctls, func(string) { fn() })
+}
+
+// inNamedNetns is inNetnsWith whose fn gets the namespace's name, for commands that look into
+// it from another goroutine (`ip netns exec <name> ...`).
+func inNamedNetns(t *testing.T, nftScript string, sysctls map[string]string, fn func(name string)) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates a network namespace (run as root, as CI does)")
 	}
@@ -146,7 +153,7 @@ func inNetnsWith(t *testing.T, nftScript string, sysctls map[string]string, fn f
 				return
 			}
 		}
-		fn()
+		fn(name)
 	}()
 	<-done
 	require.NoError(t, setupErr)

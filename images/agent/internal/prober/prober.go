@@ -103,8 +103,6 @@ func (p *Prober) Probe(ctx context.Context, probe v1alpha1.Probe, namespace, pod
 	if timeout <= 0 {
 		timeout = time.Duration(v1alpha1.DefaultTimeoutSeconds) * time.Second
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	addr := netip.AddrPortFrom(ip.Unmap(), uint16(port))
 
 	var res Result
@@ -113,17 +111,22 @@ func (p *Prober) Probe(ctx context.Context, probe v1alpha1.Probe, namespace, pod
 		if probe.TCP == nil {
 			return Result{}, errors.New("mode TCP without a tcp block")
 		}
+		// The TCP probe applies the deadline itself, without a context of its own (tcp.go).
 		res = p.probeTCP(ctx, addr, timeout)
 	case v1alpha1.ProbeModeHTTP:
 		if probe.HTTP == nil {
 			return Result{}, errors.New("mode HTTP without an http block")
 		}
+		ctx, cancel := context.WithTimeout(ctx, timeout)
 		res, err = p.probeHTTP(ctx, probe.HTTP, addr, timeout)
+		cancel()
 	case v1alpha1.ProbeModePostgreSQL:
 		if probe.PostgreSQL == nil {
 			return Result{}, errors.New("mode PostgreSQL without a postgreSQL block")
 		}
+		ctx, cancel := context.WithTimeout(ctx, timeout)
 		res, err = p.probePostgreSQL(ctx, probe.PostgreSQL, namespace, addr, timeout)
+		cancel()
 	default:
 		return Result{}, fmt.Errorf("unknown probe mode %q", probe.Mode)
 	}
@@ -131,12 +134,32 @@ func (p *Prober) Probe(ctx context.Context, probe v1alpha1.Probe, namespace, pod
 		return Result{}, err
 	}
 	// Reasons become Events and status text; parts of some come from the pod.
-	res.Reason = serverText(res.Reason, maxReasonBytes)
+	res.Reason = fitReason(res.Reason)
 	if p.log.V(4).Enabled() {
 		p.log.V(4).Info("probed", "mode", probe.Mode, "address", addr.String(), "outcome", res.Outcome.String(), "reason", res.Reason)
 	}
 	return res, nil
 }
+
+// fitReason is serverText(reason, maxReasonBytes) without its copy for the usual reason, which
+// is short printable ASCII ("connected", "HTTP 200"): one allocation less per probe.
+func fitReason(reason string) string {
+	if len(reason) <= maxReasonBytes {
+		plain := true
+		for i := 0; i < len(reason) && plain; i++ {
+			plain = reason[i] >= ' ' && reason[i] < 0x7f
+		}
+		if plain {
+			return reason
+		}
+	}
+	return serverText(reason, maxReasonBytes)
+}
+
+// resetOnClose is SO_LINGER 0: close sends RST instead of FIN, so the probing side keeps no
+// TIME-WAIT socket (thousands of probes would exhaust the ports). A variable, so that setting
+// it allocates nothing.
+var resetOnClose = syscall.Linger{Onoff: 1, Linger: 0}
 
 // probeDialer sets SO_LINGER 0 on the socket before it connects: closing sends RST instead of
 // FIN, so the probing side keeps no TIME-WAIT socket (thousands of probes would exhaust ports).
@@ -147,7 +170,7 @@ var probeDialer = net.Dialer{
 	Control: func(_, _ string, rc syscall.RawConn) error {
 		var serr error
 		if err := rc.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptLinger(int(fd), syscall.SOL_SOCKET, syscall.SO_LINGER, &syscall.Linger{Onoff: 1, Linger: 0})
+			serr = syscall.SetsockoptLinger(int(fd), syscall.SOL_SOCKET, syscall.SO_LINGER, &resetOnClose)
 		}); err != nil {
 			return err
 		}

@@ -37,7 +37,8 @@ import (
 // against TCP and HTTP listeners of the bench/capacity server, which runs in its own process so
 // that the CPU time and peak RSS reported here are the prober's alone. Run each case in a
 // process of its own (peak RSS is the process's high-water mark); bench/capacity/run.sh does,
-// and runs the kubelet's probe code the same way for the ratio. Results: development/BENCHMARKS.md.
+// and runs the kubelet's probe code and the floor (bare system calls, BenchmarkFloorCapacity)
+// the same way for the ratios. Results: development/BENCHMARKS.md.
 //
 //	cd images/agent && go test ./internal/scheduler/ -run '^$' -bench 'Capacity/tcp/10000$' -benchtime 1x
 //
@@ -124,20 +125,25 @@ func runCapacity(b *testing.B, mode string, n int, addrs []string) {
 	r, f := runs.Load(), failures.Load()
 
 	wall := wall1.Sub(wall0).Seconds()
-	cpu0, cpu1 := user0+sys0, user1+sys1
-	if cpu1 > cpu0 {
+	user, sys := user1-user0, sys1-sys0
+	cpu := user + sys
+	if cpu > 0 {
 		// The kernel's share: syscalls and, on loopback, the TCP work of both ends.
-		b.ReportMetric(float64(sys1-sys0)/float64(cpu1-cpu0)*100, "sys-%")
+		b.ReportMetric(float64(sys)/float64(cpu)*100, "sys-%")
 	}
-	cores := (cpu1 - cpu0).Seconds() / wall
-	b.ReportMetric(cores, "cpu-cores")
+	b.ReportMetric(cpu.Seconds()/wall, "cpu-cores")
 	b.ReportMetric(float64(peakRSS(b))/(1<<20), "peak-RSS-MiB")
 	b.ReportMetric(percentile(lags, 0.50)*1000, "lag-p50-ms")
 	b.ReportMetric(percentile(lags, 0.99)*1000, "lag-p99-ms")
 	b.ReportMetric(float64(r)/wall, "probes/s")
 	b.ReportMetric(float64(f)/wall, "failures/s")
 	if r > 0 {
-		b.ReportMetric((cpu1-cpu0).Seconds()/float64(r)*1e6, "cpu-µs/probe")
+		// User and system time per probe: getrusage's split is the kernel's tick-sampled ratio
+		// applied to the exact total, exact over a window of thousands of ticks.
+		perProbe := func(d time.Duration) float64 { return d.Seconds() / float64(r) * 1e6 }
+		b.ReportMetric(perProbe(cpu), "cpu-µs/probe")
+		b.ReportMetric(perProbe(user), "user-µs/probe")
+		b.ReportMetric(perProbe(sys), "sys-µs/probe")
 	}
 }
 

@@ -13,7 +13,6 @@
 package scheduler
 
 import (
-	"container/heap"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -23,6 +22,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
@@ -161,17 +161,25 @@ type Scheduler struct {
 	// timers holds the targets whose next run is not due yet, by due time; a due one moves to
 	// its resource's queue until a worker is free for it.
 	timers entryHeap
-	// waiting are the resources with due runs queued.
-	waiting map[types.NamespacedName]*resState
+	// epoch is the origin of the heaps' due times (entryHeap keeps them as integers).
+	epoch time.Time
+	// waiting are the resources with due runs queued (resState.waitIndex is the position).
+	waiting []*resState
 	// running is how many runs are in flight (at most Workers).
 	running int
 	// lateReported is when OnLate was last called, by resource.
 	lateReported map[types.NamespacedName]time.Time
 	wake         chan struct{}
+	// runBase is the context every run derives from: Start's values, not its cancellation,
+	// which Start passes on to the runs in flight itself (a run registered with one shared
+	// parent would take its lock twice per run).
+	runBase context.Context
+	// byMode holds the run metrics bound to their labels for the known modes, so that a run
+	// updates them without looking the labels up; read-only after New.
+	byMode map[v1alpha1.ProbeMode]*modeMetrics
 
 	// Scratch space of nextLocked.
-	cands   []candidate
-	candRes []*resState
+	cands []candidate
 }
 
 // nsState is a namespace with targets or runs in flight.
@@ -188,6 +196,35 @@ type resState struct {
 	running int
 	// queue holds the resource's due runs waiting for a worker, by due time.
 	queue entryHeap
+	// waitIndex is the resource's position in Scheduler.waiting, -1 when not there.
+	waitIndex int
+}
+
+// Outcome indexes of modeMetrics.
+const (
+	outcomeSuccess = iota
+	outcomeFailure
+	outcomeError
+	outcomeDeferred
+	numOutcomes
+)
+
+// outcomeLabels are the outcome label values by index.
+var outcomeLabels = [numOutcomes]string{metrics.OutcomeSuccess, metrics.OutcomeFailure, metrics.OutcomeError, metrics.OutcomeDeferred}
+
+// modeMetrics are the per-run metrics of one probe mode, by outcome index.
+type modeMetrics struct {
+	results  [numOutcomes]prometheus.Counter
+	duration [numOutcomes]prometheus.Observer
+}
+
+func newModeMetrics(m *metrics.Metrics, mode string) *modeMetrics {
+	mm := &modeMetrics{}
+	for i, outcome := range outcomeLabels {
+		mm.results[i] = m.ProbeResults.WithLabelValues(mode, outcome)
+		mm.duration[i] = m.ProbeDuration.WithLabelValues(mode, outcome)
+	}
+	return mm
 }
 
 // Where an entry is queued.
@@ -240,16 +277,24 @@ func New(opts Options) *Scheduler {
 	if opts.LateReportInterval <= 0 {
 		opts.LateReportInterval = DefaultLateReportInterval
 	}
+	byMode := map[v1alpha1.ProbeMode]*modeMetrics{}
+	for _, mode := range []v1alpha1.ProbeMode{v1alpha1.ProbeModeTCP, v1alpha1.ProbeModeHTTP, v1alpha1.ProbeModePostgreSQL} {
+		byMode[mode] = newModeMetrics(opts.Metrics, string(mode))
+	}
 	return &Scheduler{
 		opts:         opts,
 		targets:      map[Key]*entry{},
 		resources:    map[types.NamespacedName]*resState{},
 		namespaces:   map[string]*nsState{},
-		waiting:      map[types.NamespacedName]*resState{},
+		epoch:        opts.Clock.Now(),
 		lateReported: map[types.NamespacedName]time.Time{},
 		wake:         make(chan struct{}, 1),
+		byMode:       byMode,
 	}
 }
+
+// when is t as the heaps keep it: nanoseconds from the epoch (monotonic with the real clock).
+func (s *Scheduler) when(t time.Time) int64 { return int64(t.Sub(s.epoch)) }
 
 // Set makes the targets of resource exactly ts. Targets already known keep their state and
 // schedule; new ones start Unknown; missing ones are forgotten (a running probe is cancelled).
@@ -301,7 +346,7 @@ func (s *Scheduler) resourceLocked(name types.NamespacedName) *resState {
 		ns = &nsState{}
 		s.namespaces[name.Namespace] = ns
 	}
-	r = &resState{name: name, ns: ns, entries: map[Key]*entry{}}
+	r = &resState{name: name, ns: ns, entries: map[Key]*entry{}, waitIndex: -1}
 	s.resources[name] = r
 	return r
 }
@@ -312,7 +357,7 @@ func (s *Scheduler) dropLocked(r *resState) {
 		return
 	}
 	delete(s.resources, r.name)
-	delete(s.waiting, r.name)
+	s.unwaitLocked(r)
 	if r.ns.targets == 0 && r.ns.running == 0 && s.namespaces[r.name.Namespace] == r.ns {
 		delete(s.namespaces, r.name.Namespace)
 	}
@@ -321,24 +366,42 @@ func (s *Scheduler) dropLocked(r *resState) {
 func (s *Scheduler) queueLocked(e *entry, where int) {
 	e.where = where
 	if where == inTimers {
-		heap.Push(&s.timers, e)
+		s.timers.push(e, s.when(e.due))
 		return
 	}
-	heap.Push(&e.res.queue, e)
-	s.waiting[e.res.name] = e.res
+	r := e.res
+	r.queue.push(e, s.when(e.due))
+	if r.waitIndex < 0 {
+		r.waitIndex = len(s.waiting)
+		s.waiting = append(s.waiting, r)
+	}
 }
 
 func (s *Scheduler) unqueueLocked(e *entry) {
 	switch e.where {
 	case inTimers:
-		heap.Remove(&s.timers, e.index)
+		s.timers.remove(e.index)
 	case inQueue:
-		heap.Remove(&e.res.queue, e.index)
+		e.res.queue.remove(e.index)
 		if len(e.res.queue) == 0 {
-			delete(s.waiting, e.res.name)
+			s.unwaitLocked(e.res)
 		}
 	}
 	e.where = notQueued
+}
+
+// unwaitLocked takes a resource off the waiting list (the last one takes its place).
+func (s *Scheduler) unwaitLocked(r *resState) {
+	i := r.waitIndex
+	if i < 0 {
+		return
+	}
+	last := len(s.waiting) - 1
+	s.waiting[i] = s.waiting[last]
+	s.waiting[i].waitIndex = i
+	s.waiting[last] = nil
+	s.waiting = s.waiting[:last]
+	r.waitIndex = -1
 }
 
 func (s *Scheduler) removeLocked(k Key, e *entry) {
@@ -408,6 +471,8 @@ func (s *Scheduler) poke() {
 // Start runs the dispatcher and the workers until ctx ends, then waits for every run to stop
 // and forgets all targets. It fits manager.Runnable.
 func (s *Scheduler) Start(ctx context.Context) error {
+	// Runs take ctx's values; its end reaches them through cancelRunsLocked below.
+	s.runBase = context.WithoutCancel(ctx)
 	// The dispatcher hands a run over only while fewer than Workers are in flight, so the
 	// buffer always has room and the hand-over never blocks under the lock.
 	work := make(chan *entry, s.opts.Workers)
@@ -420,6 +485,15 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		})
 	}
 	s.dispatch(ctx, work)
+	// ctx has ended: cancel the runs in flight. A run not started yet sees ctx's end itself
+	// (runOne checks it under the lock, where it would also have set its cancel).
+	s.mu.Lock()
+	for _, e := range s.targets {
+		if e.cancel != nil {
+			e.cancel()
+		}
+	}
+	s.mu.Unlock()
 	close(work)
 	wg.Wait()
 	s.mu.Lock()
@@ -432,14 +506,26 @@ func (s *Scheduler) Start(ctx context.Context) error {
 }
 
 // dispatch moves due targets to their resources' queues and starts runs while a worker is free
-// (nextLocked decides which). A slow probe holds one worker for at most its timeout.
+// (nextLocked decides which). A slow probe holds one worker for at most its timeout. It sleeps
+// until the earliest timer or a poke: a new target, a run that became the earliest timer, or a
+// worker freed while runs wait.
 func (s *Scheduler) dispatch(ctx context.Context, work chan<- *entry) {
+	// One timer, re-armed only when the earliest due time changes.
+	var timer clock.Timer
+	var timerC <-chan time.Time
+	var armed bool
+	var armedFor int64
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
 		s.mu.Lock()
 		now := s.opts.Clock.Now()
-		for len(s.timers) > 0 && !s.timers[0].due.After(now) {
-			e := heap.Pop(&s.timers).(*entry)
-			s.queueLocked(e, inQueue)
+		nowWhen := s.when(now)
+		for len(s.timers) > 0 && s.timers[0].when <= nowWhen {
+			s.queueLocked(s.timers.pop(), inQueue)
 		}
 		for s.running < s.opts.Workers {
 			e := s.nextLocked()
@@ -451,29 +537,32 @@ func (s *Scheduler) dispatch(ctx context.Context, work chan<- *entry) {
 			e.res.ns.running++
 			work <- e
 		}
-		var next bool
-		var wait time.Duration
-		if len(s.timers) > 0 {
-			next, wait = true, s.timers[0].due.Sub(now)
+		next := len(s.timers) > 0
+		var nextWhen int64
+		if next {
+			nextWhen = s.timers[0].when
 		}
 		s.mu.Unlock()
-		var timerC <-chan time.Time
-		var timer clock.Timer
-		if next {
-			timer = s.opts.Clock.NewTimer(wait)
-			timerC = timer.C()
+		switch {
+		case next && (!armed || nextWhen != armedFor):
+			wait := time.Duration(nextWhen - nowWhen)
+			if timer == nil {
+				timer = s.opts.Clock.NewTimer(wait)
+				timerC = timer.C()
+			} else {
+				timer.Reset(wait)
+			}
+			armed, armedFor = true, nextWhen
+		case !next && armed:
+			timer.Stop()
+			armed = false
 		}
 		select {
 		case <-ctx.Done():
-			if timer != nil {
-				timer.Stop()
-			}
 			return
 		case <-s.wake:
 		case <-timerC:
-		}
-		if timer != nil {
-			timer.Stop()
+			armed = false
 		}
 	}
 }
@@ -483,28 +572,33 @@ func (s *Scheduler) nextLocked() *entry {
 	if len(s.waiting) == 0 {
 		return nil
 	}
-	s.cands, s.candRes = s.cands[:0], s.candRes[:0]
+	s.cands = s.cands[:0]
 	for _, r := range s.waiting {
 		s.cands = append(s.cands, candidate{
-			Namespace: r.name.Namespace, NamespaceRunning: r.ns.running, ResourceRunning: r.running, Due: r.queue[0].due,
+			Namespace: r.name.Namespace, NamespaceRunning: r.ns.running, ResourceRunning: r.running, Due: r.queue[0].e.due,
 		})
-		s.candRes = append(s.candRes, r)
 	}
 	i := pick(s.cands, namespaceCap(s.opts.Workers, s.withTargets))
-	var r *resState
-	if i >= 0 {
-		r = s.candRes[i]
-	}
-	clear(s.candRes) // the scratch space keeps no resource alive
-	if r == nil {
+	if i < 0 {
 		return nil
 	}
-	e := heap.Pop(&r.queue).(*entry)
+	r := s.waiting[i]
+	e := r.queue.pop()
 	e.where = notQueued
 	if len(r.queue) == 0 {
-		delete(s.waiting, r.name)
+		s.unwaitLocked(r)
 	}
 	return e
+}
+
+// pokeLocked wakes the dispatcher when it has something to do after a run ended: a worker is
+// free and runs wait for one, or e, queued again, is now the earliest timer (the dispatcher may
+// sleep until a later one). Otherwise the dispatcher's own timer is right, and a poke per run
+// would wake it for nothing.
+func (s *Scheduler) pokeLocked(e *entry) {
+	if len(s.waiting) > 0 || (e != nil && e.where == inTimers && e.index == 0) {
+		s.poke()
+	}
 }
 
 // finishLocked ends a run's hold on its worker and its namespace's and resource's share.
@@ -538,61 +632,68 @@ func (s *Scheduler) runOne(parent context.Context, e *entry) {
 	s.mu.Lock()
 	if e.gone || parent.Err() != nil {
 		s.finishLocked(e)
+		s.pokeLocked(nil)
 		s.mu.Unlock()
-		s.poke()
 		return
 	}
 	t := e.t
-	now := s.opts.Clock.Now()
-	lateness := max(now.Sub(e.due), 0)
+	start := s.opts.Clock.Now()
+	lateness := max(start.Sub(e.due), 0)
 	s.opts.Metrics.SchedulingLag.Observe(lateness.Seconds())
 	// Late by more than a period: one run (at least) was missed. It is reported and counted;
 	// the run itself counts as any other, so the agent's own lateness never decides a result.
 	report := false
 	if t.Period > 0 && lateness > t.Period {
 		s.opts.Metrics.LateRuns.Inc()
-		report = s.lateLocked(t.Key.Resource, now)
+		report = s.lateLocked(t.Key.Resource, start)
 	}
-	due := e.due
-	runCtx, cancel := context.WithCancel(parent)
+	// One context per run: the due time, the scheduler's deadline and the cancel that removal
+	// and Start's end use. The prober enforces timeoutSeconds; this deadline only guards against
+	// a runner that does not. It derives from runBase, not from parent: see Scheduler.runBase.
+	// Context deadlines are in real time, whatever the clock.
+	deadline := time.Now().Add(time.Duration(t.Probe.TimeoutSeconds)*time.Second + time.Second)
+	if d, ok := parent.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	runCtx, cancel := context.WithDeadline(context.WithValue(s.runBase, dueKey{}, e.due), deadline)
 	e.cancel = cancel
 	s.mu.Unlock()
-	defer cancel()
 	if report {
 		s.opts.Logger.Info("probes start more than a period late", "resource", t.Key.Resource, "lateness", lateness.String(), "period", t.Period.String())
 		s.opts.OnLate(t.Key.Resource, lateness)
 	}
 
-	// The prober enforces timeoutSeconds; this bound only guards against a runner that does not.
-	timeout := time.Duration(t.Probe.TimeoutSeconds)*time.Second + time.Second
-	runCtx, cancelTimeout := context.WithTimeout(context.WithValue(runCtx, dueKey{}, due), timeout)
-	start := s.opts.Clock.Now()
 	out := s.opts.Runner.Run(runCtx, t)
-	cancelTimeout()
+	cancel()
 	elapsed := s.opts.Clock.Since(start)
 
-	outcome := metrics.OutcomeFailure
+	outcome := outcomeFailure
 	switch {
 	case out.Deferred:
-		outcome = metrics.OutcomeDeferred
+		outcome = outcomeDeferred
 	case out.Err != nil:
-		outcome = metrics.OutcomeError
+		outcome = outcomeError
 		out.Pass, out.Reason = false, "probe could not run: "+out.Err.Error()
 	case out.Pass:
-		outcome = metrics.OutcomeSuccess
+		outcome = outcomeSuccess
 	}
 	mode := string(t.Probe.Mode)
-	s.opts.Metrics.ProbeResults.WithLabelValues(mode, outcome).Inc()
-	s.opts.Metrics.ProbeDuration.WithLabelValues(mode, outcome).Observe(elapsed.Seconds())
+	if mm := s.byMode[t.Probe.Mode]; mm != nil {
+		mm.results[outcome].Inc()
+		mm.duration[outcome].Observe(elapsed.Seconds())
+	} else {
+		s.opts.Metrics.ProbeResults.WithLabelValues(mode, outcomeLabels[outcome]).Inc()
+		s.opts.Metrics.ProbeDuration.WithLabelValues(mode, outcomeLabels[outcome]).Observe(elapsed.Seconds())
+	}
 
 	s.mu.Lock()
 	s.finishLocked(e)
+	e.cancel = nil
 	if e.gone || parent.Err() != nil {
+		s.pokeLocked(nil)
 		s.mu.Unlock()
-		s.poke()
 		return
 	}
-	e.cancel = nil
 	changed := false
 	if !out.Deferred {
 		changed = e.record(out.Pass, out.Reason)
@@ -600,14 +701,14 @@ func (s *Scheduler) runOne(parent context.Context, e *entry) {
 	res := e.result
 	// The next run is one period after this one was due, moved by the jitter; a run that
 	// overran its slot is rescheduled from now.
-	now = s.opts.Clock.Now()
+	now := start.Add(elapsed)
 	e.due = e.due.Add(t.Period + s.jitter(t.Period))
 	if e.due.Before(now) {
 		e.due = now.Add(s.jitter(t.Period) + time.Duration(float64(t.Period)*s.opts.Jitter))
 	}
 	s.queueLocked(e, inTimers)
+	s.pokeLocked(e)
 	s.mu.Unlock()
-	s.poke()
 	if changed {
 		s.opts.Metrics.ProbeTransitions.WithLabelValues(mode, res.State.String()).Inc()
 		s.opts.Logger.V(1).Info("probe result changed", "resource", t.Key.Resource, "pod", t.PodName, "probe", t.Key.Probe, "state", res.State.String(), "reason", res.Reason)
@@ -635,32 +736,4 @@ func (e *entry) record(pass bool, reason string) bool {
 		e.result.Reason = reason
 	}
 	return false
-}
-
-// entryHeap orders entries by due time (the timers, and each resource's queue of due runs).
-type entryHeap []*entry
-
-func (h entryHeap) Len() int           { return len(h) }
-func (h entryHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
-func (h entryHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index = i
-	h[j].index = j
-}
-
-// Push adds an entry (heap.Interface).
-func (h *entryHeap) Push(x any) {
-	e := x.(*entry)
-	e.index = len(*h)
-	*h = append(*h, e)
-}
-
-// Pop removes the last entry (heap.Interface).
-func (h *entryHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	e.index = -1
-	*h = old[:len(old)-1]
-	return e
 }
