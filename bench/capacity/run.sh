@@ -60,7 +60,7 @@ done
 # med <impl> <mode> <n> <unit>: the median of a reported metric.
 med() {
 	awk -v impl="$1" -v name="/$2/$3-" -v u="$4" '$1 == impl && index($2, name) { for (i = 3; i < NF; i++) if ($(i+1) == u) print $i }' "$tmp/results" |
-		sort -g | awk '{v[NR] = $1} END {if (NR) printf "%.4g", v[int((NR+1)/2)]; else print "-"}'
+		sort -g | awk '{v[NR] = $1} END {if (!NR) {print "-"; exit} m = v[int((NR+1)/2)]; if (m == int(m)) printf "%d", m; else printf "%.4g", m}'
 }
 # ratio <a> <b>: a / b with two decimals, "-" when either is missing.
 ratio() {
