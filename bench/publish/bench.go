@@ -122,6 +122,8 @@ func (b *bench) dumpLogs() {
 
 // sample is one measured flip.
 type sample struct {
+	start   time.Time     // agent: the decisive probe's arrival; built-in: the start of the status update
+	addr    netip.Addr    // the endpoint
 	latency time.Duration // decisive instant → watch event
 	phase   time.Duration // agent: flip of the server → decisive probe; built-in: the status update's round trip
 	ready   bool          // the direction: the endpoint became ready
@@ -328,7 +330,7 @@ func (b *bench) agentSample(ctx context.Context, w *watcher, srv *flipServer, ad
 	if decisive.IsZero() {
 		return sample{}, fmt.Errorf("%s ready=%v: the slice changed before any probe saw the flip", addr, ready)
 	}
-	return sample{latency: got.Sub(decisive), phase: decisive.Sub(flipped), ready: ready}, nil
+	return sample{start: decisive, addr: addr, latency: got.Sub(decisive), phase: decisive.Sub(flipped), ready: ready}, nil
 }
 
 // kcmSample flips pod i's Ready condition and measures from the start of the status update to
@@ -344,7 +346,7 @@ func (b *bench) kcmSample(ctx context.Context, w *watcher, pods *statusPods, i i
 	if err != nil {
 		return sample{}, fmt.Errorf("%s ready=%v: %w", pods.ips[i], ready, errors.Join(err, b.kcm.Err()))
 	}
-	return sample{latency: got.Sub(start), phase: rtt, ready: ready}, nil
+	return sample{start: start, addr: pods.ips[i], latency: got.Sub(start), phase: rtt, ready: ready}, nil
 }
 
 // flipServer is one HTTP server per listener that answers 200 or 500 per local address and
