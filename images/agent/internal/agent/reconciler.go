@@ -74,8 +74,10 @@ type Reconciler struct {
 	Credentials *credentials.Store
 	Metrics     *metrics.Metrics
 	Log         logr.Logger
-	// Window coalesces result changes (leading-edge, see enqueueChange).
+	// Window and Burst coalesce result changes (a budget of Burst reconciles per resource that
+	// regains one every Window, see enqueueChange).
 	Window time.Duration
+	Burst  int
 
 	mu        sync.Mutex
 	queue     workqueue.TypedRateLimitingInterface[reconcile.Request]

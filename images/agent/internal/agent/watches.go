@@ -39,7 +39,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.now == nil {
 		r.now = time.Now
 	}
-	r.coalescer = coalesce.New[types.NamespacedName](r.Window, nil)
+	r.coalescer = coalesce.New[types.NamespacedName](r.Window, r.Burst, nil)
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("agent").
 		// Failed writes (an API outage) are retried at most 30 s apart, so the agent publishes
@@ -92,8 +92,8 @@ var resourceChanged = predicate.Funcs{
 	},
 }
 
-// resultChanged is the scheduler's OnChange: it enqueues the resource with leading-edge
-// coalescing (see enqueueChange).
+// resultChanged is the scheduler's OnChange: it enqueues the resource, coalesced (see
+// enqueueChange).
 func (r *Reconciler) resultChanged(c scheduler.Change) {
 	r.enqueueChange(c.Key.Resource)
 }
@@ -105,11 +105,14 @@ func (r *Reconciler) secretChanged(secret types.NamespacedName) {
 	}
 }
 
-// enqueueChange enqueues the resource of a change, coalescing leading-edge: a change of a
-// resource not queued within the last window is queued at once; the changes that follow within
-// the window are queued together when the window since the last queueing ends (the work queue
-// keeps one entry per resource and the earliest time). A burst makes at most two reconciles
-// (and two writes per slice) per window, a flap storm about one per window.
+// enqueueChange enqueues the resource of a change, coalesced by a budget per resource (Burst
+// queueings, one regained every Window): a change is queued at once while the budget lasts, so
+// a change right after a write is published without waiting; once it is spent, the changes
+// that follow are queued together for the time the budget has a queueing again (the work
+// queue keeps one entry per resource and the earliest time). A flap storm makes Burst
+// reconciles and then about one per window. A window since the last queueing alone (a budget
+// of one) made every second change of a resource within 200 ms wait for the window's end:
+// the publish latency's p99 (development/AGENT.md, "Writing").
 func (r *Reconciler) enqueueChange(res types.NamespacedName) {
 	r.mu.Lock()
 	q := r.queue
