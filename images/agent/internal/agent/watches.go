@@ -36,6 +36,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.refs = map[types.NamespacedName][]types.NamespacedName{}
 	r.published = map[types.NamespacedName]map[string]int{}
 	r.pending = map[types.NamespacedName]*pendingEvents{}
+	r.ownWrites = map[types.NamespacedName]string{}
 	if r.now == nil {
 		r.now = time.Now
 	}
@@ -51,7 +52,17 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// The map function runs for the old and the new pod of an update, so a pod whose labels
 		// stop matching is withdrawn by the resource it left.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.resourcesOfPod)).
-		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.resourceOfSlice)).
+		// The event of a slice write of this agent's own reconciles nothing: the reconcile that
+		// wrote it decided from everything the write carries.
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.resourceOfSlice),
+			builder.WithPredicates(predicate.Funcs{
+				CreateFunc: func(e event.CreateEvent) bool { return !r.ownWrite(e.Object) },
+				UpdateFunc: func(e event.UpdateEvent) bool { return !r.ownWrite(e.ObjectNew) },
+				DeleteFunc: func(e event.DeleteEvent) bool {
+					r.ownWrite(e.Object)
+					return true
+				},
+			})).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.resourcesOfNode),
 			builder.WithPredicates(predicate.Funcs{
 				// The cache holds this agent's Node only. Its appearance lets every resource
@@ -146,6 +157,37 @@ func (r *Reconciler) resourcesOfPod(ctx context.Context, o client.Object) []reco
 		}
 	}
 	return out
+}
+
+// noteWrites records the slices a reconcile wrote, by the resourceVersion the API server gave
+// each write, so that their watch events are recognised as this agent's own (ownWrite).
+func (r *Reconciler) noteWrites(written map[string]*discoveryv1.EndpointSlice) {
+	if len(written) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range written {
+		if s.ResourceVersion != "" {
+			r.ownWrites[client.ObjectKeyFromObject(s)] = s.ResourceVersion
+		}
+	}
+}
+
+// ownWrite tells whether a slice event shows the version this agent's last write of the slice
+// returned. Any event of the slice consumes the record, so it holds at most one entry per slice
+// this agent writes: a later write of someone else, or an event that came before the write's
+// response was recorded, reconciles as before.
+func (r *Reconciler) ownWrite(o client.Object) bool {
+	key := client.ObjectKeyFromObject(o)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rv, ok := r.ownWrites[key]
+	if !ok {
+		return false
+	}
+	delete(r.ownWrites, key)
+	return rv == o.GetResourceVersion()
 }
 
 // resourceOfSlice maps a slice of this node to the resource it was published for.
