@@ -37,6 +37,7 @@ type options struct {
 	individual  bool
 	waitTimeout time.Duration
 	samplesOut  string
+	json        bool
 }
 
 func main() {
@@ -51,6 +52,7 @@ func main() {
 	flag.StringVar(&o.kcmArgs, "kcm-args", "", "extra kube-controller-manager arguments, space separated")
 	flag.BoolVar(&o.individual, "individual-pods", false, "one network namespace per pod (cluster.AddPod) instead of cluster.NewBulkPods")
 	flag.DurationVar(&o.waitTimeout, "wait", 15*time.Second, "give up on one sample after this long")
+	flag.BoolVar(&o.json, "json", false, "the benchmark's own client (status updates, watcher) talks JSON instead of protobuf")
 	flag.StringVar(&o.samplesOut, "samples-out", "", "also write every sample to this CSV file (side, endpoints, round, address, direction, start and watch event as Unix nanoseconds, latency and phase in nanoseconds)")
 	flag.Parse()
 	for s := range strings.SplitSeq(sizes, ",") {
