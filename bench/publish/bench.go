@@ -20,9 +20,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
@@ -48,7 +50,16 @@ type bench struct {
 }
 
 func newBench(ctx context.Context, c *cluster.Cluster, o options) (*bench, error) {
-	cs, err := kubernetes.NewForConfig(c.Env.Config)
+	// The benchmark's clientset plays the kubelet (the status updates) and kube-proxy (the
+	// watcher): both talk protobuf, so it does too unless -json asks for the JSON of the first
+	// measurements (decoding the agent's 1,000-endpoint slice as JSON cost the watcher several
+	// milliseconds per event that no real consumer pays).
+	cfg := rest.CopyConfig(c.Env.Config)
+	if !o.json {
+		cfg.ContentType = runtime.ContentTypeProtobuf
+		cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("clientset: %w", err)
 	}
@@ -122,6 +133,8 @@ func (b *bench) dumpLogs() {
 
 // sample is one measured flip.
 type sample struct {
+	start   time.Time     // agent: the decisive probe's arrival; built-in: the start of the status update
+	addr    netip.Addr    // the endpoint
 	latency time.Duration // decisive instant → watch event
 	phase   time.Duration // agent: flip of the server → decisive probe; built-in: the status update's round trip
 	ready   bool          // the direction: the endpoint became ready
@@ -328,7 +341,7 @@ func (b *bench) agentSample(ctx context.Context, w *watcher, srv *flipServer, ad
 	if decisive.IsZero() {
 		return sample{}, fmt.Errorf("%s ready=%v: the slice changed before any probe saw the flip", addr, ready)
 	}
-	return sample{latency: got.Sub(decisive), phase: decisive.Sub(flipped), ready: ready}, nil
+	return sample{start: decisive, addr: addr, latency: got.Sub(decisive), phase: decisive.Sub(flipped), ready: ready}, nil
 }
 
 // kcmSample flips pod i's Ready condition and measures from the start of the status update to
@@ -344,7 +357,7 @@ func (b *bench) kcmSample(ctx context.Context, w *watcher, pods *statusPods, i i
 	if err != nil {
 		return sample{}, fmt.Errorf("%s ready=%v: %w", pods.ips[i], ready, errors.Join(err, b.kcm.Err()))
 	}
-	return sample{latency: got.Sub(start), phase: rtt, ready: ready}, nil
+	return sample{start: start, addr: pods.ips[i], latency: got.Sub(start), phase: rtt, ready: ready}, nil
 }
 
 // flipServer is one HTTP server per listener that answers 200 or 500 per local address and

@@ -36,6 +36,8 @@ type options struct {
 	kcmArgs     string
 	individual  bool
 	waitTimeout time.Duration
+	samplesOut  string
+	json        bool
 }
 
 func main() {
@@ -50,6 +52,8 @@ func main() {
 	flag.StringVar(&o.kcmArgs, "kcm-args", "", "extra kube-controller-manager arguments, space separated")
 	flag.BoolVar(&o.individual, "individual-pods", false, "one network namespace per pod (cluster.AddPod) instead of cluster.NewBulkPods")
 	flag.DurationVar(&o.waitTimeout, "wait", 15*time.Second, "give up on one sample after this long")
+	flag.BoolVar(&o.json, "json", false, "the benchmark's own client (status updates, watcher) talks JSON instead of protobuf")
+	flag.StringVar(&o.samplesOut, "samples-out", "", "also write every sample to this CSV file (side, endpoints, round, address, direction, start and watch event as Unix nanoseconds, latency and phase in nanoseconds)")
 	flag.Parse()
 	for s := range strings.SplitSeq(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -104,6 +108,12 @@ func run(o options) (code int) {
 		results = append(results, r)
 	}
 	report(os.Stdout, o, results)
+	if o.samplesOut != "" {
+		if err := writeSamples(o.samplesOut, results); err != nil {
+			fmt.Fprintln(os.Stderr, "publish:", err)
+			return 1
+		}
+	}
 	return 0
 }
 

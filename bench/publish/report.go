@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -71,6 +72,27 @@ func report(w io.Writer, o options, rs []sizeResult) {
 			ms(r.agentSliceWrite), ms(r.kcmSliceWrite))
 	}
 	p("\n")
+}
+
+// writeSamples writes every sample as a CSV line, for a closer look at the tail (the stage
+// breakdown in development/BENCHMARKS.md joins them with the agent's timestamps).
+func writeSamples(path string, rs []sizeResult) error {
+	var b strings.Builder
+	b.WriteString("side,endpoints,round,address,ready,start_unix_ns,event_unix_ns,latency_ns,phase_ns\n")
+	for _, r := range rs {
+		for i, rd := range r.rounds {
+			for side, ss := range map[string][]sample{"agent": rd.agent, "builtin": rd.kcm} {
+				for _, s := range ss {
+					fmt.Fprintf(&b, "%s,%d,%d,%s,%t,%d,%d,%d,%d\n", side, r.n, i+1, s.addr, s.ready,
+						s.start.UnixNano(), s.start.Add(s.latency).UnixNano(), int64(s.latency), int64(s.phase))
+				}
+			}
+		}
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("writing the samples: %w", err)
+	}
+	return nil
 }
 
 func lat(ss []sample) []time.Duration {

@@ -47,6 +47,7 @@ const (
 	DefaultLeaseNamespace         = "d8-service-with-healthchecks"
 	DefaultProbeConcurrency       = 64
 	DefaultCoalesceWindow         = 200 * time.Millisecond
+	DefaultCoalesceBurst          = 3
 	// ControllerName is the reporting controller of the agent's Events.
 	ControllerName = "service-with-healthchecks-agent"
 )
@@ -71,10 +72,13 @@ type Options struct {
 	SkipNameValidation bool
 	// ProbeConcurrency bounds how many probes run at once.
 	ProbeConcurrency int
-	// CoalesceWindow coalesces probe result changes, leading-edge: a change of a resource not
-	// queued within the last window is reconciled at once, the changes that follow within the
-	// window together when it ends (at most two writes per slice per window).
+	// CoalesceWindow and CoalesceBurst coalesce probe result changes per resource: a budget of
+	// CoalesceBurst reconciles that regains one every CoalesceWindow. A change is reconciled at
+	// once while the budget lasts; once it is spent, the changes that follow are reconciled
+	// together when the budget has one again (a storm: one reconcile, and at most one write per
+	// slice, per window).
 	CoalesceWindow time.Duration
+	CoalesceBurst  int
 	// Runner runs probes; nil uses the real prober with the credential store.
 	Runner scheduler.Runner
 	// Registry receives the agent's metrics; nil uses controller-runtime's registry, which the
@@ -116,6 +120,9 @@ func New(opts Options) (*Agent, error) {
 	}
 	if opts.CoalesceWindow <= 0 {
 		opts.CoalesceWindow = DefaultCoalesceWindow
+	}
+	if opts.CoalesceBurst <= 0 {
+		opts.CoalesceBurst = DefaultCoalesceBurst
 	}
 	if opts.Logger.GetSink() == nil {
 		opts.Logger = logr.Discard()
@@ -166,6 +173,7 @@ func New(opts Options) (*Agent, error) {
 		Metrics: m,
 		Log:     opts.Logger.WithName("reconciler"),
 		Window:  opts.CoalesceWindow,
+		Burst:   opts.CoalesceBurst,
 	}
 	var store *credentials.Store
 	runner := opts.Runner

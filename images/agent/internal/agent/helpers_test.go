@@ -61,6 +61,7 @@ type agentOpt func(*agent.Options)
 
 func withRunner(r scheduler.Runner) agentOpt { return func(o *agent.Options) { o.Runner = r } }
 func withWindow(d time.Duration) agentOpt    { return func(o *agent.Options) { o.CoalesceWindow = d } }
+func withBurst(n int) agentOpt               { return func(o *agent.Options) { o.CoalesceBurst = n } }
 
 // startAgent starts an agent for node with the real prober (unless a runner is given); it
 // stops at the end of the test at the latest.

@@ -63,8 +63,12 @@ func (r *Reconciler) observe(ctx context.Context, res types.NamespacedName) (Obs
 		return Observed{}, fmt.Errorf("reading Node %s: %w", r.Node, err)
 	}
 
+	// The pods and slices are the cache's own objects, not copies (UnsafeDisableDeepCopy): a
+	// reconcile only reads them (Decide is pure; sliceplan.Merge copies a slice before changing
+	// it and the publisher writes copies), and copying 1,000 pods and a 1,000-endpoint slice
+	// per reconcile cost more than the rest of it (development/AGENT.md, "Writing").
 	var podList corev1.PodList
-	if err := r.Client.List(ctx, &podList, client.InNamespace(swh.Namespace)); err != nil {
+	if err := r.Client.List(ctx, &podList, client.InNamespace(swh.Namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return Observed{}, fmt.Errorf("listing pods: %w", err)
 	}
 	var pods []*corev1.Pod
@@ -77,7 +81,7 @@ func (r *Reconciler) observe(ctx context.Context, res types.NamespacedName) (Obs
 
 	var sliceList discoveryv1.EndpointSliceList
 	if err := r.Client.List(ctx, &sliceList, client.InNamespace(swh.Namespace),
-		client.MatchingFields{indexNamePrefix: swh.Name + "-"}); err != nil {
+		client.MatchingFields{indexNamePrefix: swh.Name + "-"}, client.UnsafeDisableDeepCopy); err != nil {
 		return Observed{}, fmt.Errorf("listing EndpointSlices: %w", err)
 	}
 	existing := make([]*discoveryv1.EndpointSlice, 0, len(sliceList.Items))

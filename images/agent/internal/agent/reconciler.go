@@ -74,8 +74,10 @@ type Reconciler struct {
 	Credentials *credentials.Store
 	Metrics     *metrics.Metrics
 	Log         logr.Logger
-	// Window coalesces result changes (leading-edge, see enqueueChange).
+	// Window and Burst coalesce result changes (a budget of Burst reconciles per resource that
+	// regains one every Window, see enqueueChange).
 	Window time.Duration
+	Burst  int
 
 	mu        sync.Mutex
 	queue     workqueue.TypedRateLimitingInterface[reconcile.Request]
@@ -90,6 +92,9 @@ type Reconciler struct {
 	nodeUnknown bool
 	// pending are the port transitions waiting for the end of their resource's Event window.
 	pending map[types.NamespacedName]*pendingEvents
+	// ownWrites are, by slice, the resourceVersion of this agent's last write of it whose watch
+	// event has not come yet (ownWrite).
+	ownWrites map[types.NamespacedName]string
 	// now is the clock of the Event windows (time.Now; tests may replace it).
 	now func() time.Time
 }
@@ -128,6 +133,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		log.V(1).Info("publishing", "create", len(d.Plan.Create), "update", len(d.Plan.Update),
 			"delete", len(d.Plan.Delete), "conflicts", len(d.Plan.Conflicts))
 		written, writeErr = r.Publisher.Apply(ctx, d.Plan)
+		r.noteWrites(written.Written)
 	}
 
 	r.record(o, d, written)

@@ -366,8 +366,9 @@ func (s *switchRunner) set(fail bool, pods ...string) {
 	}
 }
 
-// A burst of result changes within the coalescing window is at most two writes per slice: the
-// leading one (the first change is published at once) and one trailing at the window's end.
+// A burst of result changes within the coalescing window, with a budget of one reconcile per
+// window, is at most two writes per slice: the leading one (the first change is published at
+// once) and one trailing at the window's end.
 func TestABurstOfChangesIsAtMostTwoWritesPerSlice(t *testing.T) {
 	c := testCluster(t)
 	ns := c.Env.CreateNamespaceForTest(t, "burst")
@@ -384,7 +385,7 @@ func TestABurstOfChangesIsAtMostTwoWritesPerSlice(t *testing.T) {
 	runner := &switchRunner{fail: map[string]bool{}}
 	// Probes run every second, spread over the period; a window longer than that gathers all
 	// changes after the first into the trailing write.
-	startAgent(t, c, "node-a", withRunner(runner), withWindow(3*time.Second))
+	startAgent(t, c, "node-a", withRunner(runner), withWindow(3*time.Second), withBurst(1))
 	ready := map[string]string{}
 	for k := range want {
 		ready[k] = "TTF"
@@ -405,6 +406,37 @@ func TestABurstOfChangesIsAtMostTwoWritesPerSlice(t *testing.T) {
 	for ev, n := range perSlice {
 		assert.LessOrEqual(t, n, 2, "%s: ten pods failing within a window are at most a leading and a trailing write", ev)
 	}
+}
+
+// Changes of a resource one right after another's write are each published at once while the
+// coalescing budget lasts: with a window of an hour, a change that waited for the window (as
+// every second change within a window did with a budget of one) would not be published
+// before the test's deadline.
+func TestAChangeRightAfterAWriteIsPublishedWithoutWaitingForTheWindow(t *testing.T) {
+	c := testCluster(t)
+	ns := c.Env.CreateNamespaceForTest(t, "prompt")
+	labels := map[string]string{"app": "web"}
+	p := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-0", Node: "node-a", Labels: labels, ContainerPorts: vmPorts, ObjectOnly: true})
+	createResource(t, c, ns, "web", labels, []v1alpha1.ServicePort{namedPort("http", 80, intstr.FromInt32(8080))}, httpProbe(intstr.FromInt32(8080), 1, 1))
+	runner := &switchRunner{fail: map[string]bool{}}
+	// The first result is a change too: with it, a budget of four leaves three.
+	a := startAgent(t, c, "node-a", withRunner(runner), withWindow(time.Hour), withBurst(4))
+	eventuallySlices(t, c, ns, "web", map[string]map[string]string{"web-http-node-a": {ip(p): "TTF"}})
+	w := watchSlices(t, c, ns)
+	updates := testutil.ToFloat64(a.Metrics.SliceWrites.WithLabelValues(metrics.OpUpdate))
+	for i, fail := range []bool{true, false, true} {
+		runner.set(fail, p.Name)
+		want := "TTF"
+		if fail {
+			want = "FFF"
+		}
+		eventuallySlices(t, c, ns, "web", map[string]map[string]string{"web-http-node-a": {ip(p): want}})
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			assert.Len(ct, w.Events(), i+1, "one write per change")
+		}, 10*time.Second, 50*time.Millisecond)
+	}
+	assert.Equal(t, []string{"MODIFIED web-http-node-a", "MODIFIED web-http-node-a", "MODIFIED web-http-node-a"}, w.Events())
+	assert.Equal(t, updates+3, testutil.ToFloat64(a.Metrics.SliceWrites.WithLabelValues(metrics.OpUpdate)), "three updates, no retries")
 }
 
 // A slice name held by another object is never written; the agent records an Event and still

@@ -36,10 +36,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.refs = map[types.NamespacedName][]types.NamespacedName{}
 	r.published = map[types.NamespacedName]map[string]int{}
 	r.pending = map[types.NamespacedName]*pendingEvents{}
+	r.ownWrites = map[types.NamespacedName]string{}
 	if r.now == nil {
 		r.now = time.Now
 	}
-	r.coalescer = coalesce.New[types.NamespacedName](r.Window, nil)
+	r.coalescer = coalesce.New[types.NamespacedName](r.Window, r.Burst, nil)
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("agent").
 		// Failed writes (an API outage) are retried at most 30 s apart, so the agent publishes
@@ -51,7 +52,17 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// The map function runs for the old and the new pod of an update, so a pod whose labels
 		// stop matching is withdrawn by the resource it left.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.resourcesOfPod)).
-		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.resourceOfSlice)).
+		// The event of a slice write of this agent's own reconciles nothing: the reconcile that
+		// wrote it decided from everything the write carries.
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.resourceOfSlice),
+			builder.WithPredicates(predicate.Funcs{
+				CreateFunc: func(e event.CreateEvent) bool { return !r.ownWrite(e.Object) },
+				UpdateFunc: func(e event.UpdateEvent) bool { return !r.ownWrite(e.ObjectNew) },
+				DeleteFunc: func(e event.DeleteEvent) bool {
+					r.ownWrite(e.Object)
+					return true
+				},
+			})).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.resourcesOfNode),
 			builder.WithPredicates(predicate.Funcs{
 				// The cache holds this agent's Node only. Its appearance lets every resource
@@ -92,8 +103,8 @@ var resourceChanged = predicate.Funcs{
 	},
 }
 
-// resultChanged is the scheduler's OnChange: it enqueues the resource with leading-edge
-// coalescing (see enqueueChange).
+// resultChanged is the scheduler's OnChange: it enqueues the resource, coalesced (see
+// enqueueChange).
 func (r *Reconciler) resultChanged(c scheduler.Change) {
 	r.enqueueChange(c.Key.Resource)
 }
@@ -105,11 +116,14 @@ func (r *Reconciler) secretChanged(secret types.NamespacedName) {
 	}
 }
 
-// enqueueChange enqueues the resource of a change, coalescing leading-edge: a change of a
-// resource not queued within the last window is queued at once; the changes that follow within
-// the window are queued together when the window since the last queueing ends (the work queue
-// keeps one entry per resource and the earliest time). A burst makes at most two reconciles
-// (and two writes per slice) per window, a flap storm about one per window.
+// enqueueChange enqueues the resource of a change, coalesced by a budget per resource (Burst
+// queueings, one regained every Window): a change is queued at once while the budget lasts, so
+// a change right after a write is published without waiting; once it is spent, the changes
+// that follow are queued together for the time the budget has a queueing again (the work
+// queue keeps one entry per resource and the earliest time). A flap storm makes Burst
+// reconciles and then about one per window. A window since the last queueing alone (a budget
+// of one) made every second change of a resource within 200 ms wait for the window's end:
+// the publish latency's p99 (development/AGENT.md, "Writing").
 func (r *Reconciler) enqueueChange(res types.NamespacedName) {
 	r.mu.Lock()
 	q := r.queue
@@ -143,6 +157,37 @@ func (r *Reconciler) resourcesOfPod(ctx context.Context, o client.Object) []reco
 		}
 	}
 	return out
+}
+
+// noteWrites records the slices a reconcile wrote, by the resourceVersion the API server gave
+// each write, so that their watch events are recognised as this agent's own (ownWrite).
+func (r *Reconciler) noteWrites(written map[string]*discoveryv1.EndpointSlice) {
+	if len(written) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range written {
+		if s.ResourceVersion != "" {
+			r.ownWrites[client.ObjectKeyFromObject(s)] = s.ResourceVersion
+		}
+	}
+}
+
+// ownWrite tells whether a slice event shows the version this agent's last write of the slice
+// returned. Any event of the slice consumes the record, so it holds at most one entry per slice
+// this agent writes: a later write of someone else, or an event that came before the write's
+// response was recorded, reconciles as before.
+func (r *Reconciler) ownWrite(o client.Object) bool {
+	key := client.ObjectKeyFromObject(o)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rv, ok := r.ownWrites[key]
+	if !ok {
+		return false
+	}
+	delete(r.ownWrites, key)
+	return rv == o.GetResourceVersion()
 }
 
 // resourceOfSlice maps a slice of this node to the resource it was published for.

@@ -2,10 +2,15 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package coalesce decides when a change of a key is queued: leading-edge coalescing with a
-// fixed window. The first change of a key that has not been queued within the last window is
-// queued at once; changes that follow within the window are gathered into one more queueing
-// when the window since the last one ends. A burst therefore costs at most two queueings (the
-// leading one and one trailing) per window, and a storm of changes about one per window.
+// budget of queueings per key that refills by one every window (a token bucket of burst
+// queueings). A change of a key with budget left is queued at once; once the budget is spent,
+// the changes that follow are gathered into one queueing at the time the budget has one
+// queueing again. A key quiet for burst windows has its whole budget: a few changes close
+// together (independent endpoints of one resource) are each queued at once, while a storm of
+// changes costs at most burst queueings plus one per window.
+//
+// With a burst of 1 this is plain leading-edge coalescing: a change of a key not queued within
+// the last window is queued at once, the changes that follow within the window at its end.
 package coalesce
 
 import (
@@ -13,41 +18,47 @@ import (
 	"time"
 )
 
-// Delay is the timing decision as a pure function. last is when the key was last queued for
-// (zero if never; it may lie in the future when a trailing queueing is pending), now is the
-// change's time. It returns how long to wait before queueing (0: queue at once) and the new
-// "last queued for" time of the key.
-func Delay(last, now time.Time, window time.Duration) (time.Duration, time.Time) {
-	switch {
-	case last.IsZero() || !now.Before(last.Add(window)):
-		// Quiet for a whole window: the leading edge.
-		return 0, now
-	case now.Before(last):
-		// A trailing queueing is pending: join it.
-		return last.Sub(now), last
-	default:
-		// Within the window of the last queueing: the trailing edge at its end.
-		next := last.Add(window)
-		return next.Sub(now), next
+// Delay is the timing decision as a pure function (the generic cell rate algorithm). full is
+// when the key's budget is whole again (zero if it has never been queued; it may lie up to
+// burst windows in the future), now is the change's time. It returns how long to wait before
+// queueing (0: queue at once) and the key's new full time. burst below 1 counts as 1.
+func Delay(full, now time.Time, window time.Duration, burst int) (time.Duration, time.Time) {
+	burst = max(burst, 1)
+	spent := full.Add(-time.Duration(burst) * window)
+	if now.Before(spent) {
+		// The budget is spent and a queueing is pending at the time it has one again: join it.
+		return spent.Sub(now), full
 	}
+	// The budget has a queueing at full - (burst-1) windows: at once if that is not later
+	// than now, else then (and that queueing is the pending one the next changes join).
+	at := full.Add(-time.Duration(burst-1) * window)
+	if at.Before(now) {
+		at = now
+	}
+	if full.Before(now) {
+		full = now
+	}
+	return at.Sub(now), full.Add(window)
 }
 
-// Coalescer keeps the last queueing time of every key. It is safe for concurrent use.
+// Coalescer keeps the budget of every key. It is safe for concurrent use.
 type Coalescer[K comparable] struct {
 	window time.Duration
+	burst  int
 	now    func() time.Time
 
 	mu     sync.Mutex
-	last   map[K]time.Time
+	full   map[K]time.Time
 	pruned time.Time
 }
 
-// New returns a Coalescer with the window; now is the clock (nil: time.Now).
-func New[K comparable](window time.Duration, now func() time.Time) *Coalescer[K] {
+// New returns a Coalescer with the window and the burst (at least 1); now is the clock (nil:
+// time.Now).
+func New[K comparable](window time.Duration, burst int, now func() time.Time) *Coalescer[K] {
 	if now == nil {
 		now = time.Now
 	}
-	return &Coalescer[K]{window: window, now: now, last: map[K]time.Time{}}
+	return &Coalescer[K]{window: window, burst: max(burst, 1), now: now, full: map[K]time.Time{}}
 }
 
 // Next records a change of key and returns how long to wait before queueing it (0: at once).
@@ -55,15 +66,15 @@ func (c *Coalescer[K]) Next(key K) time.Duration {
 	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	d, last := Delay(c.last[key], now, c.window)
-	c.last[key] = last
-	// Keys quiet for a whole window carry no state; drop them (at most once per window) so
-	// the map does not grow with keys that are gone.
+	d, full := Delay(c.full[key], now, c.window, c.burst)
+	c.full[key] = full
+	// Keys whose budget is whole carry no state; drop them (at most once per window) so the
+	// map does not grow with keys that are gone.
 	if !now.Before(c.pruned.Add(c.window)) {
 		c.pruned = now
-		for k, t := range c.last {
-			if !now.Before(t.Add(c.window)) {
-				delete(c.last, k)
+		for k, t := range c.full {
+			if !now.Before(t) {
+				delete(c.full, k)
 			}
 		}
 	}
@@ -74,5 +85,5 @@ func (c *Coalescer[K]) Next(key K) time.Duration {
 func (c *Coalescer[K]) Forget(key K) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.last, key)
+	delete(c.full, key)
 }

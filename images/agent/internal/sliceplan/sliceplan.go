@@ -433,7 +433,11 @@ func Merge(cur, want *discoveryv1.EndpointSlice) (*discoveryv1.EndpointSlice, bo
 	if !differs(cur, want) {
 		return cur, false
 	}
-	u := cur.DeepCopy()
+	// The endpoints are replaced: copy everything but them (a 1,000-endpoint slice's copy
+	// would be most of a reconcile's allocations).
+	shallow := *cur
+	shallow.Endpoints = nil
+	u := shallow.DeepCopy()
 	if u.Labels == nil {
 		u.Labels = map[string]string{}
 	}
