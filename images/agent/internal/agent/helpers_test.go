@@ -87,13 +87,23 @@ func startAgent(t *testing.T, c *cluster.Cluster, node string, opts ...agentOpt)
 	return ra
 }
 
-func (a *runningAgent) stop() {
-	if a.cancel == nil {
-		return
+func (a *runningAgent) stop() { stopAll(a) }
+
+// stopAll stops the agents at once: every one is told to stop before the first is waited for,
+// so that none outlives another by the time a shutdown takes (probes in flight, the manager's
+// runnables): agents stopped one by one could go stale one at a time.
+func stopAll(agents ...*runningAgent) {
+	for _, a := range agents {
+		if a.cancel != nil {
+			a.cancel()
+		}
 	}
-	a.cancel()
-	<-a.done
-	a.cancel = nil
+	for _, a := range agents {
+		if a.cancel != nil {
+			<-a.done
+			a.cancel = nil
+		}
+	}
 }
 
 // probeRuns is how many probes the agent has run.

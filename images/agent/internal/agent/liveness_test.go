@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/agent"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
@@ -386,8 +388,13 @@ func TestMoreThanHalfOfTheAgentsStoppedAtOnceWithdrawsNothingAndTheGuardSaysWhy(
 	}
 	eventuallyAgentsStale(metav1.ConditionFalse, "AgentsFresh", "with both agents renewing, the resource has no stale agent")
 
-	agentA.stop()
-	agentB.stop()
+	// Both at once: stopped one after the other, the first could be judged stale alone (half
+	// of the agents, which the guard does not hold for) while the second is still shutting down.
+	stopAll(agentA, agentB)
+	// Their last renewals can still be up to a renewal period apart, one observation of the
+	// controller: the first would go stale alone for that observation. Renewed once more here,
+	// back to back, the two Leases go stale in the same observation, as after an outage.
+	touchLeases(t, c, ns, "node-a", "node-b")
 	require.Eventually(t, func() bool { return ctl.metricIs(t, "swh_controller_liveness_guard_holding", 1) }, 30*time.Second, 100*time.Millisecond,
 		"the guard holds once both agents are stale")
 	assert.Equal(t, 2.0, ctl.requireMetric(t, "swh_controller_agents_stale"), "the controller judged both agents stale")
@@ -479,5 +486,18 @@ func TestALeaderThatLosesItsLeaseInAnAPIFreezeRestartsAndWithdrawsNothing(t *tes
 		for i, rst := range seen[first:] {
 			assert.Equal(t, "TTF", rst, "%s in watch event %d of %v: an endpoint left ready", p.Key(), first+i, seen)
 		}
+	}
+}
+
+// touchLeases renews the agent Leases of nodes in ns once, back to back, as the admin: their
+// renewals are then as close together as two writes can be.
+func touchLeases(t *testing.T, c *cluster.Cluster, ns string, nodes ...string) {
+	t.Helper()
+	now := metav1.NewMicroTime(time.Now())
+	for _, node := range nodes {
+		var l coordinationv1.Lease
+		require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: slicemeta.AgentLeaseName(node)}, &l))
+		l.Spec.RenewTime = &now
+		require.NoError(t, c.Env.Client.Update(t.Context(), &l), "renewing the Lease of %s", node)
 	}
 }
