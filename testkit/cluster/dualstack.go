@@ -6,7 +6,6 @@ package cluster
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -341,25 +340,9 @@ func (c *Cluster) ClusterIPOf(ctx context.Context, service string, family corev1
 // reads kube-proxy's table of that family (ip or ip6 kube-proxy). Endpoints are "ip:port", IPv6
 // ones bracketed ("[2001:2:1::5]:8080"), sorted.
 func (c *Cluster) ProgrammedEndpointsOf(ctx context.Context, service string, port int32, family corev1.IPFamily) ([]string, error) {
-	if c.kubeProxy == nil {
-		return nil, errors.New("this cluster runs no kube-proxy (Options.KubeProxy)")
-	}
-	key, err := splitKey(service)
+	key, _, sp, err := c.programmedPort(ctx, service, port)
 	if err != nil {
 		return nil, err
-	}
-	svc := &corev1.Service{}
-	if err := c.Env.Client.Get(ctx, key, svc); err != nil {
-		return nil, fmt.Errorf("reading Service %s: %w", service, err)
-	}
-	var sp *corev1.ServicePort
-	for i := range svc.Spec.Ports {
-		if svc.Spec.Ports[i].Port == port {
-			sp = &svc.Spec.Ports[i]
-		}
-	}
-	if sp == nil {
-		return nil, fmt.Errorf("service %s has no port %d", service, port)
 	}
 	clusterIP, err := c.ClusterIPOf(ctx, service, family)
 	if err != nil {

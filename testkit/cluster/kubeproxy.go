@@ -39,6 +39,22 @@ type kubeProxy struct {
 	dir  string
 }
 
+// kubeProxyConfigCommon ends both kube-proxy configurations (kubeProxyConfig and
+// nodeKubeProxyConfig): no conntrack sysctl writes, a short minimum sync period, no OOM score
+// change, verbosity 2.
+const kubeProxyConfigCommon = `conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+nftables:
+  minSyncPeriod: 100ms
+  syncPeriod: 30s
+oomScoreAdj: 0
+logging:
+  verbosity: 2
+`
+
 // kubeProxyConfig is kube-proxy's configuration: nftables mode, acting as node, ports bound to
 // 127.0.0.1, no conntrack sysctl writes (the limits are global or the machine's business), a
 // short minimum sync period so tests see slice changes quickly.
@@ -52,18 +68,7 @@ clientConnection:
   burst: 200
 healthzBindAddress: 127.0.0.1:%d
 metricsBindAddress: 127.0.0.1:%d
-conntrack:
-  maxPerCore: 0
-  min: 0
-  tcpEstablishedTimeout: 0s
-  tcpCloseWaitTimeout: 0s
-nftables:
-  minSyncPeriod: 100ms
-  syncPeriod: 30s
-oomScoreAdj: 0
-logging:
-  verbosity: 2
-`
+` + kubeProxyConfigCommon
 
 func startKubeProxy(ctx context.Context, env *controlplane.Env, node string, out io.Writer) (*kubeProxy, error) {
 	bin, err := controlplane.Binary("kube-proxy")
@@ -140,23 +145,20 @@ func (kp *kubeProxy) stop() error {
 	return errors.Join(errs...)
 }
 
-// ProgrammedEndpoints returns the endpoints ("ip:port", sorted) that kube-proxy's nftables rules
-// currently send NEW connections to for the Service "namespace/name" and its port number port,
-// from the cluster namespace (ClusterIP traffic, the internal traffic policy as seen by
-// kube-proxy's node). It reads kube-proxy's own rules, so it shows what kube-proxy made of the
-// EndpointSlices: only ready endpoints, or the serving terminating ones when none is ready. No
-// rules means none.
-func (c *Cluster) ProgrammedEndpoints(ctx context.Context, service string, port int32) ([]string, error) {
+// programmedPort reads the Service "namespace/name" and finds its port number port, for the
+// readers of kube-proxy's rules (ProgrammedEndpoints, ProgrammedEndpointsOf); it fails when the
+// cluster runs no kube-proxy.
+func (c *Cluster) programmedPort(ctx context.Context, service string, port int32) (types.NamespacedName, *corev1.Service, *corev1.ServicePort, error) {
 	if c.kubeProxy == nil {
-		return nil, errors.New("this cluster runs no kube-proxy (Options.KubeProxy)")
+		return types.NamespacedName{}, nil, nil, errors.New("this cluster runs no kube-proxy (Options.KubeProxy)")
 	}
 	key, err := splitKey(service)
 	if err != nil {
-		return nil, err
+		return types.NamespacedName{}, nil, nil, err
 	}
 	svc := &corev1.Service{}
 	if err := c.Env.Client.Get(ctx, key, svc); err != nil {
-		return nil, fmt.Errorf("reading Service %s: %w", service, err)
+		return types.NamespacedName{}, nil, nil, fmt.Errorf("reading Service %s: %w", service, err)
 	}
 	var sp *corev1.ServicePort
 	for i := range svc.Spec.Ports {
@@ -165,7 +167,21 @@ func (c *Cluster) ProgrammedEndpoints(ctx context.Context, service string, port 
 		}
 	}
 	if sp == nil {
-		return nil, fmt.Errorf("service %s has no port %d", service, port)
+		return types.NamespacedName{}, nil, nil, fmt.Errorf("service %s has no port %d", service, port)
+	}
+	return key, svc, sp, nil
+}
+
+// ProgrammedEndpoints returns the endpoints ("ip:port", sorted) that kube-proxy's nftables rules
+// currently send NEW connections to for the Service "namespace/name" and its port number port,
+// from the cluster namespace (ClusterIP traffic, the internal traffic policy as seen by
+// kube-proxy's node). It reads kube-proxy's own rules, so it shows what kube-proxy made of the
+// EndpointSlices: only ready endpoints, or the serving terminating ones when none is ready. No
+// rules means none.
+func (c *Cluster) ProgrammedEndpoints(ctx context.Context, service string, port int32) ([]string, error) {
+	key, svc, sp, err := c.programmedPort(ctx, service, port)
+	if err != nil {
+		return nil, err
 	}
 	if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
 		return nil, fmt.Errorf("service %s has no ClusterIP", service)

@@ -80,35 +80,17 @@ type HealthChecks []HealthCheck
 
 // Since returns the checks that started at or after t.
 func (hs HealthChecks) Since(t time.Time) HealthChecks {
-	var out HealthChecks
-	for _, h := range hs {
-		if !h.Start.Before(t) {
-			out = append(out, h)
-		}
-	}
-	return out
+	return keep(hs, func(h HealthCheck) bool { return !h.Start.Before(t) })
 }
 
 // Before returns the checks that started before t.
 func (hs HealthChecks) Before(t time.Time) HealthChecks {
-	var out HealthChecks
-	for _, h := range hs {
-		if h.Start.Before(t) {
-			out = append(out, h)
-		}
-	}
-	return out
+	return keep(hs, func(h HealthCheck) bool { return h.Start.Before(t) })
 }
 
 // NotOK returns the checks the node failed.
 func (hs HealthChecks) NotOK() HealthChecks {
-	var out HealthChecks
-	for _, h := range hs {
-		if !h.OK() {
-			out = append(out, h)
-		}
-	}
-	return out
+	return keep(hs, func(h HealthCheck) bool { return !h.OK() })
 }
 
 // FirstNotOK is the first failed check, false when there is none.
@@ -383,80 +365,21 @@ func (lb *LoadBalancer) StartTraffic(ctx context.Context, opts TrafficOptions) (
 	if opts.Port <= 0 {
 		return nil, errors.New("no node port: set LoadBalancerOptions.NodePort or TrafficOptions.Port")
 	}
-	if opts.Protocol == "" {
-		opts.Protocol = HTTP
-	}
-	if opts.Interval <= 0 {
-		opts.Interval = 10 * time.Millisecond
-	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = 2 * time.Second
-	}
-	var loopCtx context.Context
-	var cancel context.CancelFunc
-	if opts.Duration > 0 {
-		loopCtx, cancel = context.WithTimeout(ctx, opts.Duration)
-	} else {
-		loopCtx, cancel = context.WithCancel(ctx)
-	}
-	tr := &Traffic{cancel: cancel, done: make(chan struct{})}
-	go tr.runBalanced(loopCtx, lb, opts)
-	return tr, nil
+	return startLoop(ctx, opts, func(ctx context.Context, tr *Traffic, opts TrafficOptions) { tr.runBalanced(ctx, lb, opts) }), nil
 }
 
 // runBalanced is Traffic.run with the target chosen per request by the load balancer.
 func (tr *Traffic) runBalanced(ctx context.Context, lb *LoadBalancer, opts TrafficOptions) {
-	defer close(tr.done)
-	defer tr.cancel()
-	hc := &http.Client{
-		Timeout: opts.Timeout,
-		Transport: &http.Transport{
-			Proxy:             nil,
-			DisableKeepAlives: true,
-			DialContext:       (&net.Dialer{Timeout: opts.Timeout}).DialContext,
-		},
-	}
-	defer hc.CloseIdleConnections()
 	port := strconv.Itoa(int(opts.Port))
-	for i := 0; opts.Count <= 0 || i < opts.Count; i++ {
-		if ctx.Err() != nil {
-			return
-		}
-		start := time.Now()
-		res := Result{Start: start}
-		if n, ok := lb.pick(); !ok {
+	tr.loop(ctx, opts, func(ctx context.Context, hc *http.Client, res *Result) {
+		n, ok := lb.pick()
+		if !ok {
 			res.Err = "the load balancer has no healthy node"
-		} else {
-			target := net.JoinHostPort(n.IP.String(), port)
-			switch opts.Protocol {
-			case HTTP:
-				res.Pod, res.Status, res.OK, res.Err = requestHTTP(ctx, hc, target)
-			case TCP:
-				res.Pod, res.OK, res.Err = requestTCP(ctx, target, opts.Timeout)
-			case SMTP:
-				res.Pod, res.OK, res.Err = requestSMTP(ctx, target, opts.Timeout)
-			case PostgreSQL:
-				res.Pod, res.OK, res.Err = requestPostgreSQL(ctx, target, opts.PostgreSQL, opts.Timeout)
-			default:
-				res.Err = fmt.Sprintf("unknown protocol %q", opts.Protocol)
-			}
-			if !res.OK {
-				res.Err = "via " + n.Name + ": " + res.Err
-			}
-		}
-		res.Duration = time.Since(start)
-		if !res.OK && ctx.Err() != nil {
 			return
 		}
-		tr.mu.Lock()
-		tr.res = append(tr.res, res)
-		tr.mu.Unlock()
-		if wait := opts.Interval - time.Since(start); wait > 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
+		send(ctx, hc, net.JoinHostPort(n.IP.String(), port), opts, res)
+		if !res.OK {
+			res.Err = "via " + n.Name + ": " + res.Err
 		}
-	}
+	})
 }

@@ -50,18 +50,7 @@ clientConnection:
 healthzBindAddress: %s
 metricsBindAddress: %s
 nodePortAddresses: [%q]
-conntrack:
-  maxPerCore: 0
-  min: 0
-  tcpEstablishedTimeout: 0s
-  tcpCloseWaitTimeout: 0s
-nftables:
-  minSyncPeriod: 100ms
-  syncPeriod: 30s
-oomScoreAdj: 0
-logging:
-  verbosity: 2
-`
+` + kubeProxyConfigCommon
 
 // nodeNet is the host network of a node of a cluster with NodeKubeProxies: a network namespace
 // joined to the cluster namespace by a veth pair, holding the node's InternalIP, the node ends

@@ -40,6 +40,13 @@ func (c *Cluster) StartTraffic(ctx context.Context, opts TrafficOptions) (*Traff
 	if err != nil {
 		return nil, fmt.Errorf("traffic: %w", err)
 	}
+	return startLoop(ctx, opts, func(ctx context.Context, tr *Traffic, opts TrafficOptions) { tr.run(ctx, target, opts) }), nil
+}
+
+// startLoop fills in the defaults of a loop's options (HTTP, a request every 10 ms, a 2 s
+// timeout) and runs the loop in the background, under ctx bounded by Duration when one is set,
+// until it ends or Stop: the common start of Cluster.StartTraffic and LoadBalancer.StartTraffic.
+func startLoop(ctx context.Context, opts TrafficOptions, run func(ctx context.Context, tr *Traffic, opts TrafficOptions)) *Traffic {
 	if opts.Protocol == "" {
 		opts.Protocol = HTTP
 	}
@@ -57,6 +64,6 @@ func (c *Cluster) StartTraffic(ctx context.Context, opts TrafficOptions) (*Traff
 		loopCtx, cancel = context.WithCancel(ctx)
 	}
 	tr := &Traffic{cancel: cancel, done: make(chan struct{})}
-	go tr.run(loopCtx, target, opts)
-	return tr, nil
+	go run(loopCtx, tr, opts)
+	return tr
 }

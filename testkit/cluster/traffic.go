@@ -97,31 +97,25 @@ func (r Results) OK() int {
 
 // Failed returns the failed requests.
 func (r Results) Failed() Results {
-	var out Results
-	for _, x := range r {
-		if !x.OK {
-			out = append(out, x)
-		}
-	}
-	return out
+	return keep(r, func(x Result) bool { return !x.OK })
 }
 
 // Since returns the requests that started at or after t.
 func (r Results) Since(t time.Time) Results {
-	var out Results
-	for _, x := range r {
-		if !x.Start.Before(t) {
-			out = append(out, x)
-		}
-	}
-	return out
+	return keep(r, func(x Result) bool { return !x.Start.Before(t) })
 }
 
 // Before returns the requests that started before t.
 func (r Results) Before(t time.Time) Results {
-	var out Results
-	for _, x := range r {
-		if x.Start.Before(t) {
+	return keep(r, func(x Result) bool { return x.Start.Before(t) })
+}
+
+// keep returns, in order, the elements of xs that ok accepts; nil when none does (the filters
+// of Results and HealthChecks).
+func keep[S ~[]E, E any](xs S, ok func(E) bool) S {
+	var out S
+	for _, x := range xs {
+		if ok(x) {
 			out = append(out, x)
 		}
 	}
@@ -224,7 +218,14 @@ func (c *Cluster) trafficTarget(ctx context.Context, opts TrafficOptions) (strin
 	return net.JoinHostPort(svc.Spec.ClusterIP, port), nil
 }
 
+// run is the loop of Cluster.Traffic: every request goes to target.
 func (tr *Traffic) run(ctx context.Context, target string, opts TrafficOptions) {
+	tr.loop(ctx, opts, func(ctx context.Context, hc *http.Client, res *Result) { send(ctx, hc, target, opts, res) })
+}
+
+// loop is the request loop of a Traffic: one request after another (each sent by request, which
+// fills in the result), at most one every opts.Interval, until Count requests or ctx ends.
+func (tr *Traffic) loop(ctx context.Context, opts TrafficOptions, request func(ctx context.Context, hc *http.Client, res *Result)) {
 	defer close(tr.done)
 	defer tr.cancel()
 	hc := &http.Client{
@@ -242,18 +243,7 @@ func (tr *Traffic) run(ctx context.Context, target string, opts TrafficOptions) 
 		}
 		start := time.Now()
 		res := Result{Start: start}
-		switch opts.Protocol {
-		case HTTP:
-			res.Pod, res.Status, res.OK, res.Err = requestHTTP(ctx, hc, target)
-		case TCP:
-			res.Pod, res.OK, res.Err = requestTCP(ctx, target, opts.Timeout)
-		case SMTP:
-			res.Pod, res.OK, res.Err = requestSMTP(ctx, target, opts.Timeout)
-		case PostgreSQL:
-			res.Pod, res.OK, res.Err = requestPostgreSQL(ctx, target, opts.PostgreSQL, opts.Timeout)
-		default:
-			res.Err = fmt.Sprintf("unknown protocol %q", opts.Protocol)
-		}
+		request(ctx, hc, &res)
 		res.Duration = time.Since(start)
 		// A request cut short by the loop's own end is not a result.
 		if !res.OK && ctx.Err() != nil {
@@ -269,6 +259,22 @@ func (tr *Traffic) run(ctx context.Context, target string, opts TrafficOptions) 
 			case <-time.After(wait):
 			}
 		}
+	}
+}
+
+// send sends one request of opts.Protocol to target and records its answer in res.
+func send(ctx context.Context, hc *http.Client, target string, opts TrafficOptions, res *Result) {
+	switch opts.Protocol {
+	case HTTP:
+		res.Pod, res.Status, res.OK, res.Err = requestHTTP(ctx, hc, target)
+	case TCP:
+		res.Pod, res.OK, res.Err = requestTCP(ctx, target, opts.Timeout)
+	case SMTP:
+		res.Pod, res.OK, res.Err = requestSMTP(ctx, target, opts.Timeout)
+	case PostgreSQL:
+		res.Pod, res.OK, res.Err = requestPostgreSQL(ctx, target, opts.PostgreSQL, opts.Timeout)
+	default:
+		res.Err = fmt.Sprintf("unknown protocol %q", opts.Protocol)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
 
 // A RequireDualStack resource over dual-stack pods gets a Service with a ClusterIP of each
@@ -31,8 +32,8 @@ func TestARequireDualStackResourceIsReachedOverIPv4AndIPv6(t *testing.T) {
 	b := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-b", Node: "node-b", Labels: labels, ContainerPorts: webPorts})
 	a.ServeHTTP(t, 8080)
 	b.ServeHTTP(t, 8080)
-	createResource(t, c, requireDualStack(resource(ns, "web", labels,
-		[]v1alpha1.ServicePort{servicePort("http", 80, intstr.FromString("http"))}, httpProbe(intstr.FromInt32(8080)))), both)
+	createResource(t, c, requireDualStack(kit.Resource(ns, "web", labels,
+		[]v1alpha1.ServicePort{e2e.ServicePort("http", 80, intstr.FromString("http"))}, kit.HTTPProbe(intstr.FromInt32(8080)))), both)
 	eventuallyEndpoints(t, c, ns, "web", map[string]map[string]string{
 		"web-http-node-a":       {addr(t, a, v4): "TTF"},
 		"web-http--node-a-ipv6": {addr(t, a, v6): "TTF"},
@@ -70,9 +71,9 @@ func TestAFailingPortWithdrawsThePodFromThatPortInBothFamilies(t *testing.T) {
 	vm1.ServeHTTP(t, 8080)
 	smtp0 := vm0.ServeSMTP(t, 2525)
 	vm1.ServeSMTP(t, 2525)
-	createResource(t, c, requireDualStack(resource(ns, "mail", labels,
-		[]v1alpha1.ServicePort{servicePort("web", 80, intstr.FromString("web")), servicePort("smtp", 25, intstr.FromInt32(2525))},
-		httpProbe(intstr.FromInt32(8080)), tcpProbe(intstr.FromString("smtp")))), both)
+	createResource(t, c, requireDualStack(kit.Resource(ns, "mail", labels,
+		[]v1alpha1.ServicePort{e2e.ServicePort("web", 80, intstr.FromString("web")), e2e.ServicePort("smtp", 25, intstr.FromInt32(2525))},
+		kit.HTTPProbe(intstr.FromInt32(8080)), kit.TCPProbe(intstr.FromString("smtp")))), both)
 	healthy := map[string]map[string]string{
 		"mail-web-node-a":        {addr(t, vm0, v4): "TTF"},
 		"mail-web--node-a-ipv6":  {addr(t, vm0, v6): "TTF"},
@@ -146,7 +147,7 @@ func TestAnIPv6ResourcePublishesIPv6SlicesOnly(t *testing.T) {
 	only6 := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-v6", Node: "node-b", Labels: labels, ContainerPorts: webPorts, IPFamilies: v6only})
 	dual.ServeHTTP(t, 8080)
 	srv6 := only6.ServeHTTP(t, 8080)
-	swh := resource(ns, "web", labels, []v1alpha1.ServicePort{servicePort("http", 80, intstr.FromString("http"))}, httpProbe(intstr.FromInt32(8080)))
+	swh := kit.Resource(ns, "web", labels, []v1alpha1.ServicePort{e2e.ServicePort("http", 80, intstr.FromString("http"))}, kit.HTTPProbe(intstr.FromInt32(8080)))
 	swh.Spec.IPFamilies = v6only
 	createResource(t, c, swh, v6only)
 	eventuallyEndpoints(t, c, ns, "web", map[string]map[string]string{
@@ -191,8 +192,8 @@ func TestAnIPv4OnlyPodOfADualStackResourceIsPublishedOverIPv4Only(t *testing.T) 
 	only4 := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-v4", Node: "node-b", Labels: labels, ContainerPorts: webPorts, IPFamilies: v4only})
 	dual.ServeHTTP(t, 8080)
 	only4.ServeHTTP(t, 8080)
-	createResource(t, c, requireDualStack(resource(ns, "web", labels,
-		[]v1alpha1.ServicePort{servicePort("http", 80, intstr.FromString("http"))}, httpProbe(intstr.FromInt32(8080)))), both)
+	createResource(t, c, requireDualStack(kit.Resource(ns, "web", labels,
+		[]v1alpha1.ServicePort{e2e.ServicePort("http", 80, intstr.FromString("http"))}, kit.HTTPProbe(intstr.FromInt32(8080)))), both)
 	eventuallyEndpoints(t, c, ns, "web", map[string]map[string]string{
 		"web-http-node-a":       {addr(t, dual, v4): "TTF"},
 		"web-http--node-a-ipv6": {addr(t, dual, v6): "TTF"},

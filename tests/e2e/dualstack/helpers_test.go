@@ -4,8 +4,6 @@
 package dualstack_test
 
 import (
-	"context"
-	"fmt"
 	"sort"
 	"strings"
 	"testing"
@@ -17,12 +15,11 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
 
 // Timing of the scenarios, as in tests/e2e/traffic: probes every second, a port flips after
@@ -39,6 +36,11 @@ const (
 	loopFor = 10 * time.Minute
 )
 
+// kit holds the shared e2e helpers with this suite's timing.
+var kit = e2e.Timing{
+	PeriodSeconds: periodSeconds, FailureThreshold: failureThreshold, MinInWindow: minInWindow, WaitFor: waitFor, Poll: poll,
+}
+
 var (
 	v4, v6   = corev1.IPv4Protocol, corev1.IPv6Protocol
 	both     = []corev1.IPFamily{v4, v6}
@@ -50,37 +52,6 @@ var (
 		{Name: "smtp", ContainerPort: 2525, Protocol: corev1.ProtocolTCP},
 	}
 )
-
-func servicePort(name string, port int32, target intstr.IntOrString) v1alpha1.ServicePort {
-	return v1alpha1.ServicePort{Name: name, Port: port, Protocol: corev1.ProtocolTCP, TargetPort: target}
-}
-
-func httpProbe(port intstr.IntOrString) v1alpha1.Probe {
-	return v1alpha1.Probe{
-		Mode: v1alpha1.ProbeModeHTTP, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: failureThreshold,
-		HTTP: &v1alpha1.HTTPProbe{TargetPort: port, Path: "/healthz", Method: "GET", Scheme: corev1.URISchemeHTTP},
-	}
-}
-
-func tcpProbe(port intstr.IntOrString) v1alpha1.Probe {
-	return v1alpha1.Probe{
-		Mode: v1alpha1.ProbeModeTCP, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: failureThreshold,
-		TCP: &v1alpha1.TCPProbe{TargetPort: port},
-	}
-}
-
-// resource is a ClusterIP ServiceWithHealthchecks probed every second from pod start.
-func resource(ns, name string, selector map[string]string, ports []v1alpha1.ServicePort, probes ...v1alpha1.Probe) *v1alpha1.ServiceWithHealthchecks {
-	return &v1alpha1.ServiceWithHealthchecks{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1alpha1.ServiceWithHealthchecksSpec{
-			Ports:       ports,
-			Selector:    selector,
-			Type:        corev1.ServiceTypeClusterIP,
-			Healthcheck: &v1alpha1.Healthcheck{InitialDelaySeconds: 0, PeriodSeconds: periodSeconds, Probes: probes},
-		},
-	}
-}
 
 // requireDualStack makes swh ipFamilyPolicy: RequireDualStack.
 func requireDualStack(swh *v1alpha1.ServiceWithHealthchecks) *v1alpha1.ServiceWithHealthchecks {
@@ -111,47 +82,13 @@ func addr(t testing.TB, p *cluster.Pod, family corev1.IPFamily) string {
 	return a.String()
 }
 
-// conds renders endpoint conditions as ready, serving, terminating: "TTF".
-func conds(c discoveryv1.EndpointConditions) string {
-	tf := func(b *bool) string {
-		switch {
-		case b == nil:
-			return "?"
-		case *b:
-			return "T"
-		}
-		return "F"
-	}
-	return tf(c.Ready) + tf(c.Serving) + tf(c.Terminating)
-}
-
-// slicesOf reads a resource's slices (by the module's resource label) as slice name ->
-// endpoint address -> conditions, and the slices themselves by name.
-func slicesOf(ctx context.Context, c *cluster.Cluster, ns, resource string) (map[string]map[string]string, map[string]discoveryv1.EndpointSlice, error) {
-	var list discoveryv1.EndpointSliceList
-	if err := c.Env.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{slicemeta.LabelResource: resource}); err != nil {
-		return nil, nil, fmt.Errorf("listing the slices of %s/%s: %w", ns, resource, err)
-	}
-	out := map[string]map[string]string{}
-	byName := map[string]discoveryv1.EndpointSlice{}
-	for _, s := range list.Items {
-		eps := map[string]string{}
-		for _, e := range s.Endpoints {
-			eps[e.Addresses[0]] = conds(e.Conditions)
-		}
-		out[s.Name] = eps
-		byName[s.Name] = s
-	}
-	return out, byName, nil
-}
-
 // eventuallyEndpoints waits until the resource's slices are exactly want (slice name ->
 // address -> "RST"), and checks that every slice's address type matches its addresses.
 func eventuallyEndpoints(t *testing.T, c *cluster.Cluster, ns, resource string, want map[string]map[string]string) map[string]discoveryv1.EndpointSlice {
 	t.Helper()
 	var last map[string]discoveryv1.EndpointSlice
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		got, byName, err := slicesOf(t.Context(), c, ns, resource)
+		got, byName, err := e2e.SlicesOf(t.Context(), c, ns, resource)
 		require.NoError(ct, err)
 		assert.Equal(ct, want, got)
 		last = byName
@@ -216,18 +153,6 @@ func (l *loops) stop() map[corev1.IPFamily]cluster.Results {
 	return out
 }
 
-// requireWindow asserts that the loop spanned [from, to] (requests before and after) and sent
-// at least minInWindow requests inside it; it returns the window's requests.
-func requireWindow(t *testing.T, res cluster.Results, name string, from, to time.Time) cluster.Results {
-	t.Helper()
-	require.False(t, to.Before(from), "%s: the window ends before it starts", name)
-	require.NotEmpty(t, res.Before(from), "%s: the loop started before the window", name)
-	require.NotEmpty(t, res.Since(to), "%s: the loop went on after the window", name)
-	in := res.Since(from).Before(to)
-	require.GreaterOrEqual(t, len(in), minInWindow, "%s: requests inside the window", name)
-	return in
-}
-
 // requireNoFailure asserts zero failed requests in every family's window [from, to] and that
 // exactly the pods want[family] answered there; it logs and returns the figures.
 func requireNoFailure(t *testing.T, scenario string, res map[corev1.IPFamily]cluster.Results, from, to time.Time, want map[corev1.IPFamily][]string) {
@@ -239,8 +164,8 @@ func requireNoFailure(t *testing.T, scenario string, res map[corev1.IPFamily]clu
 	sort.Strings(fams)
 	for _, fs := range fams {
 		f := corev1.IPFamily(fs)
-		window := requireWindow(t, res[f], scenario+" over "+fs, from, to)
-		assert.Empty(t, res[f].Failed(), "%s over %s: %s; failed: %s", scenario, fs, res[f], failures(res[f]))
+		window := kit.RequireWindow(t, res[f], scenario+" over "+fs, from, to)
+		assert.Empty(t, res[f].Failed(), "%s over %s: %s; failed: %s", scenario, fs, res[f], e2e.Failures(res[f]))
 		if pods, ok := want[f]; ok {
 			sort.Strings(pods)
 			assert.Equal(t, pods, window.Pods(), "%s over %s: the pods that answered in the window", scenario, fs)
@@ -248,16 +173,6 @@ func requireNoFailure(t *testing.T, scenario string, res map[corev1.IPFamily]clu
 		t.Logf("FIGURES scenario=%q family=%s requests=%d failed=%d window_requests=%d window_failed=%d",
 			scenario, fs, len(res[f]), len(res[f].Failed()), len(window), len(window.Failed()))
 	}
-}
-
-// failures summarises failed requests: how many, their span, the first error.
-func failures(r cluster.Results) string {
-	f := r.Failed()
-	if len(f) == 0 {
-		return "none"
-	}
-	return fmt.Sprintf("%d failed from %s to %s, first: %s", len(f),
-		f[0].Start.Format("15:04:05.000"), f[len(f)-1].Start.Format("15:04:05.000"), f[0].Err)
 }
 
 // keys are the pods' keys.

@@ -6,7 +6,6 @@ package dualstack_test
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -22,30 +21,15 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
-	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
-	"github.com/deckhouse/service-with-healthchecks/testkit/process"
-	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
+	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
-
-// startEndpointSliceController runs the real built-in EndpointSlice controller (the pinned
-// kube-controller-manager with only endpointslice-controller) against the stack's API server
-// until the test ends: it publishes the slices of a Service with a selector, one per family of
-// the Service.
-func startEndpointSliceController(t *testing.T, s *stack.Stack) {
-	t.Helper()
-	bin, err := controlplane.Binary("kube-controller-manager")
-	require.NoError(t, err)
-	cmd := exec.Command(bin, "--kubeconfig="+s.Kubeconfig, "--controllers=endpointslice-controller", //nolint:gosec // the pinned tool binary
-		"--leader-elect=false", "--secure-port=0")
-	process.StartForTest(t, "kube-controller-manager", cmd)
-}
 
 // builtInEndpoints reads the built-in controller's slices of a Service as family -> address ->
 // "RST".
 func builtInEndpoints(ctx context.Context, c *cluster.Cluster, ns, service string) (map[discoveryv1.AddressType]map[string]string, error) {
 	var list discoveryv1.EndpointSliceList
 	if err := c.Env.Client.List(ctx, &list, client.InNamespace(ns),
-		client.MatchingLabels{discoveryv1.LabelServiceName: service, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}); err != nil {
+		client.MatchingLabels{discoveryv1.LabelServiceName: service, discoveryv1.LabelManagedBy: e2e.BuiltInManagedBy}); err != nil {
 		return nil, fmt.Errorf("listing the built-in slices of %s/%s: %w", ns, service, err)
 	}
 	out := map[discoveryv1.AddressType]map[string]string{}
@@ -54,7 +38,7 @@ func builtInEndpoints(ctx context.Context, c *cluster.Cluster, ns, service strin
 			out[s.AddressType] = map[string]string{}
 		}
 		for _, e := range s.Endpoints {
-			out[s.AddressType][e.Addresses[0]] = conds(e.Conditions)
+			out[s.AddressType][e.Addresses[0]] = e2e.Conds(e.Conditions)
 		}
 	}
 	return out, nil
@@ -70,7 +54,7 @@ func TestALiveDualStackServiceIsAdoptedWithoutAFailedRequest(t *testing.T) {
 	s := shared.Get(t)
 	c := s.Cluster
 	ns := c.Env.CreateNamespaceForTest(t, "migrate")
-	startEndpointSliceController(t, s)
+	e2e.StartEndpointSliceController(t, s)
 	labels := map[string]string{"app": "web"}
 	a := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-a", Node: "node-a", Labels: labels, ContainerPorts: webPorts})
 	b := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-b", Node: "node-b", Labels: labels, ContainerPorts: webPorts})
@@ -102,9 +86,9 @@ func TestALiveDualStackServiceIsAdoptedWithoutAFailedRequest(t *testing.T) {
 	l := startLoops(t, c, ns+"/web", 80, cluster.HTTP, both)
 	l.waitAfter(t, time.Now())
 	adopting := time.Now()
-	probe := httpProbe(intstr.FromInt32(8080))
+	probe := kit.HTTPProbe(intstr.FromInt32(8080))
 	probe.SuccessThreshold = 3 // the agents publish a few seconds in, under the running loops
-	swh := requireDualStack(resource(ns, "web", labels, []v1alpha1.ServicePort{servicePort("http", 80, intstr.FromInt32(8080))}, probe))
+	swh := requireDualStack(kit.Resource(ns, "web", labels, []v1alpha1.ServicePort{e2e.ServicePort("http", 80, intstr.FromInt32(8080))}, probe))
 	require.NoError(t, c.Env.Client.Create(t.Context(), swh))
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		got := &corev1.Service{}

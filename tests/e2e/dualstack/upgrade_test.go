@@ -19,6 +19,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
 
 // An agent upgraded from the version that named IPv6 slices <resource>-<port>-<node>-ipv6
@@ -36,8 +37,8 @@ func TestAnUpgradedAgentRenamesItsOldIPv6SliceWithoutAFlap(t *testing.T) {
 	labels := map[string]string{"app": "web"}
 	a := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-a", Node: "node-a", Labels: labels, ContainerPorts: webPorts})
 	a.ServeHTTP(t, 8080)
-	createResource(t, c, requireDualStack(resource(ns, "web", labels,
-		[]v1alpha1.ServicePort{servicePort("http", 80, intstr.FromString("http"))}, httpProbe(intstr.FromInt32(8080)))), both)
+	createResource(t, c, requireDualStack(kit.Resource(ns, "web", labels,
+		[]v1alpha1.ServicePort{e2e.ServicePort("http", 80, intstr.FromString("http"))}, kit.HTTPProbe(intstr.FromInt32(8080)))), both)
 	current := eventuallyEndpoints(t, c, ns, "web", map[string]map[string]string{
 		"web-http-node-a":       {addr(t, a, v4): "TTF"},
 		"web-http--node-a-ipv6": {addr(t, a, v6): "TTF"},

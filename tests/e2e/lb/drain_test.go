@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
 
 // preStop is how long node-a's pod keeps accepting connections after its deletion begins, as a
@@ -38,7 +39,7 @@ func TestALoadBalancerLeavesADrainingNodeBeforeItsPodStops(t *testing.T) {
 	sc := newScene(t, s, "drain")
 	nodeA := net.JoinHostPort(nodeAddr(c, "node-a"), strconv.Itoa(int(sc.nodePort)))
 	loop := sc.lb.Traffic(t, cluster.TrafficOptions{Duration: loopFor})
-	waitRequestsAfter(t, loop, time.Now(), minInWindow)
+	kit.WaitRequestsAfter(t, loop, time.Now(), minInWindow)
 
 	// A connection routed to node-a before the drain (externalTrafficPolicy: Local: node-a's pod).
 	kept := newKeptConn(t, nodeA)
@@ -66,7 +67,7 @@ func TestALoadBalancerLeavesADrainingNodeBeforeItsPodStops(t *testing.T) {
 	require.Eventually(t, func() bool { return !sc.lb.Healthy("node-a") }, waitFor, poll, "the load balancer leaves node-a")
 	changes := sc.lb.Changes("node-a")
 	leftAt := changes[len(changes)-1].At
-	got, err := endpointsOf(t.Context(), c, sc.ns, sc.name)
+	got, err := e2e.EndpointsOf(t.Context(), c, sc.ns, sc.name)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]map[string]string{
 		"web-http-node-a": {ip(sc.a): "FTT"},
@@ -93,13 +94,13 @@ func TestALoadBalancerLeavesADrainingNodeBeforeItsPodStops(t *testing.T) {
 	}
 	after := c.Requests(t, cluster.TrafficOptions{Address: nodeAddr(c, "node-a"), Port: sc.nodePort, Count: 1, Timeout: time.Second})
 	assert.Zero(t, after.OK(), "the pod did stop: node-a's node port serves nothing: %s", after)
-	waitRequestsAfter(t, loop, stoppedAt, minInWindow)
+	kit.WaitRequestsAfter(t, loop, stoppedAt, minInWindow)
 	res := loop.Stop()
 
 	assert.True(t, unhealthyAt.Before(stoppedAt), "node-a answered 503 (%s) before the pod stopped (%s)", unhealthyAt.Format("15:04:05.000"), stoppedAt.Format("15:04:05.000"))
 	assert.True(t, leftAt.Before(stoppedAt), "the load balancer left node-a (%s) before the pod stopped (%s)", leftAt.Format("15:04:05.000"), stoppedAt.Format("15:04:05.000"))
-	window := requireWindow(t, res, "the drain, from the deletion to the pod's stop", draining, stoppedAt)
-	assert.Empty(t, res.Failed(), "requests through the load balancer: %s; failed: %s", res, failures(res))
+	window := kit.RequireWindow(t, res, "the drain, from the deletion to the pod's stop", draining, stoppedAt)
+	assert.Empty(t, res.Failed(), "requests through the load balancer: %s; failed: %s", res, e2e.Failures(res))
 	assert.ElementsMatch(t, []string{sc.a.Key(), sc.b.Key()}, res.Before(draining).Pods(), "before the drain both nodes served")
 	afterLeft := res.Since(leftAt)
 	assert.Equal(t, map[string]int{sc.b.Key(): len(afterLeft)}, afterLeft.ByPod(), "once it left node-a, the load balancer sends only to node-b")
@@ -107,7 +108,7 @@ func TestALoadBalancerLeavesADrainingNodeBeforeItsPodStops(t *testing.T) {
 
 	// The pod is gone: its slice goes, node-a keeps failing.
 	sc.a.Delete(t)
-	eventuallyEndpoints(t, c, sc.ns, sc.name, map[string]map[string]string{"web-http-node-b": {ip(sc.b): "TTF"}})
+	kit.EventuallyEndpoints(t, c, sc.ns, sc.name, map[string]map[string]string{"web-http-node-b": {ip(sc.b): "TTF"}})
 	gone := time.Now()
 	waitChecksAfter(t, sc.lb, "node-a", gone, 3)
 	_, passed := sc.lb.Checks("node-a").Since(gone).FirstOK()

@@ -16,18 +16,15 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
-	"github.com/deckhouse/service-with-healthchecks/testkit/metrics"
 	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
+	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
 
 // Timing of the scenarios. Probes run every second; a port flips after failureThreshold
@@ -59,6 +56,11 @@ const (
 	// loopFor bounds every background request loop; tests stop theirs long before.
 	loopFor = 10 * time.Minute
 )
+
+// kit holds the shared e2e helpers with this suite's timing.
+var kit = e2e.Timing{
+	PeriodSeconds: periodSeconds, FailureThreshold: failureThreshold, MinInWindow: minInWindow, WaitFor: waitFor, Poll: poll,
+}
 
 // webPorts are the container ports of the web pods.
 var webPorts = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}}
@@ -115,7 +117,7 @@ func newScene(t *testing.T, s *stack.Stack, prefix string) *scene {
 		assert.Positive(ct, svc.Spec.HealthCheckNodePort, "the API server allocated a health check node port")
 		sc.nodePort, sc.hcPort = svc.Spec.Ports[0].NodePort, svc.Spec.HealthCheckNodePort
 	}, waitFor, poll, "the controller creates the LoadBalancer Service of %s", swh.Name)
-	eventuallyEndpoints(t, c, sc.ns, sc.name, map[string]map[string]string{
+	kit.EventuallyEndpoints(t, c, sc.ns, sc.name, map[string]map[string]string{
 		"web-http-node-a": {ip(sc.a): "TTF"},
 		"web-http-node-b": {ip(sc.b): "TTF"},
 	})
@@ -158,118 +160,13 @@ func requireAllPass(t *testing.T, lb *cluster.LoadBalancer, node string, from, t
 	return in
 }
 
-// conds renders endpoint conditions as three letters ready, serving, terminating: "TTF".
-func conds(c discoveryv1.EndpointConditions) string {
-	tf := func(b *bool) string {
-		switch {
-		case b == nil:
-			return "?"
-		case *b:
-			return "T"
-		}
-		return "F"
-	}
-	return tf(c.Ready) + tf(c.Serving) + tf(c.Terminating)
-}
-
-// endpointsOf reads a resource's slices as slice name -> endpoint address -> conditions.
-func endpointsOf(ctx context.Context, c *cluster.Cluster, ns, resource string) (map[string]map[string]string, error) {
-	var list discoveryv1.EndpointSliceList
-	if err := c.Env.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{slicemeta.LabelResource: resource}); err != nil {
-		return nil, fmt.Errorf("listing the slices of %s/%s: %w", ns, resource, err)
-	}
-	out := map[string]map[string]string{}
-	for _, s := range list.Items {
-		eps := map[string]string{}
-		for _, e := range s.Endpoints {
-			eps[e.Addresses[0]] = conds(e.Conditions)
-		}
-		out[s.Name] = eps
-	}
-	return out, nil
-}
-
-// eventuallyEndpoints waits until the resource's slices are exactly want.
-func eventuallyEndpoints(t *testing.T, c *cluster.Cluster, ns, resource string, want map[string]map[string]string) {
-	t.Helper()
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		got, err := endpointsOf(t.Context(), c, ns, resource)
-		require.NoError(ct, err)
-		assert.Equal(ct, want, got)
-	}, waitFor, poll, "the slices of %s/%s", ns, resource)
-}
-
 func ip(p *cluster.Pod) string { return p.IP.String() }
-
-// waitRequestsAfter waits until the loop has sent n requests that started after t.
-func waitRequestsAfter(tb testing.TB, tr *cluster.Traffic, after time.Time, n int) {
-	tb.Helper()
-	require.Eventually(tb, func() bool { return len(tr.Results().Since(after)) >= n }, waitFor, poll,
-		"%d requests after %s", n, after.Format("15:04:05.000"))
-}
 
 // waitChecksAfter waits until the load balancer has checked the node n times after t.
 func waitChecksAfter(tb testing.TB, lb *cluster.LoadBalancer, node string, after time.Time, n int) {
 	tb.Helper()
 	require.Eventually(tb, func() bool { return len(lb.Checks(node).Since(after)) >= n }, waitFor, poll,
 		"%d health checks of %s after %s", n, node, after.Format("15:04:05.000"))
-}
-
-// requireWindow asserts that the loop spanned [from, to] and sent at least minInWindow requests
-// inside it; it returns the window's requests.
-func requireWindow(t *testing.T, res cluster.Results, name string, from, to time.Time) cluster.Results {
-	t.Helper()
-	require.NotEmpty(t, res.Before(from), "%s: the loop started before the window", name)
-	require.NotEmpty(t, res.Since(to), "%s: the loop went on after the window", name)
-	in := res.Since(from).Before(to)
-	require.GreaterOrEqual(t, len(in), minInWindow, "%s: requests inside the window %s..%s", name,
-		from.Format("15:04:05.000"), to.Format("15:04:05.000"))
-	return in
-}
-
-// failures summarises failed requests for an assertion message.
-func failures(r cluster.Results) string {
-	f := r.Failed()
-	if len(f) == 0 {
-		return "none"
-	}
-	return fmt.Sprintf("%d failed from %s to %s, first: %s", len(f),
-		f[0].Start.Format("15:04:05.000"), f[len(f)-1].Start.Format("15:04:05.000"), f[0].Err)
-}
-
-// scrapeSum reads a program's /metrics and sums every sample of the metric name.
-func scrapeSum(ctx context.Context, addr, name string) (float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	fams, err := metrics.Get(ctx, addr)
-	if err != nil {
-		return 0, err
-	}
-	return fams.Sum(name, nil), nil
-}
-
-// requireProbedAgain waits until the node's (new) agent has run every probe of its targets
-// failureThreshold+2 times: enough for every endpoint to reach a decisive result and for a write
-// that would follow it to have happened.
-func requireProbedAgain(t *testing.T, s *stack.Stack, node string, targets int) {
-	t.Helper()
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		n, err := scrapeSum(t.Context(), s.AgentMetricsAddr(node), "swh_agent_probe_results_total")
-		require.NoError(ct, err)
-		assert.GreaterOrEqual(ct, n, float64(targets*(failureThreshold+2)), "probes run by the new agent of %s", node)
-	}, waitFor, poll)
-}
-
-// electionHolder is the holderIdentity of the controllers' leader election Lease.
-func electionHolder(ctx context.Context, s *stack.Stack) (string, error) {
-	var l coordinationv1.Lease
-	if err := s.Client().Get(ctx, client.ObjectKey{Namespace: stack.Namespace, Name: stack.LeaderElectionID}, &l); err != nil {
-		return "", fmt.Errorf("reading the leader election Lease: %w", err)
-	}
-	if l.Spec.HolderIdentity == nil {
-		return "", nil
-	}
-	return *l.Spec.HolderIdentity, nil
 }
 
 // keptConn is one HTTP/1.1 keep-alive connection to an address: requests after the first go

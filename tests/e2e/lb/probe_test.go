@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
 
 // A node whose pod fails its probe fails its health check: node-a's pod starts answering 503
@@ -24,7 +25,7 @@ func TestANodeWhosePodFailsItsProbeFailsItsHealthCheckWithinTheBound(t *testing.
 	c := s.Cluster
 	sc := newScene(t, s, "probe")
 	loop := c.Traffic(t, cluster.TrafficOptions{Address: nodeAddr(c, "node-b"), Port: sc.nodePort, Duration: loopFor})
-	waitRequestsAfter(t, loop, time.Now(), minInWindow)
+	kit.WaitRequestsAfter(t, loop, time.Now(), minInWindow)
 
 	failing := time.Now()
 	sc.srvA.SetHTTPStatus(http.StatusServiceUnavailable)
@@ -36,7 +37,7 @@ func TestANodeWhosePodFailsItsProbeFailsItsHealthCheckWithinTheBound(t *testing.
 	assert.Equal(t, 0, first.LocalEndpoints, "kube-proxy on node-a counts no local endpoint: %s", first)
 	assert.True(t, first.ServiceProxyHealthy, "kube-proxy itself is healthy: the endpoints decided")
 	assert.LessOrEqual(t, unhealthyAfter, 3*bound, "node-a answers 503 within 3 × (periodSeconds × failureThreshold + timeoutSeconds + 1 s) = %s", 3*bound)
-	eventuallyEndpoints(t, c, sc.ns, sc.name, map[string]map[string]string{
+	kit.EventuallyEndpoints(t, c, sc.ns, sc.name, map[string]map[string]string{
 		"web-http-node-a": {ip(sc.a): "FFF"},
 		"web-http-node-b": {ip(sc.b): "TTF"},
 	})
@@ -45,7 +46,7 @@ func TestANodeWhosePodFailsItsProbeFailsItsHealthCheckWithinTheBound(t *testing.
 	settled := time.Now()
 	waitChecksAfter(t, sc.lb, "node-a", settled, minChecksInWindow)
 	waitChecksAfter(t, sc.lb, "node-b", settled, minChecksInWindow)
-	waitRequestsAfter(t, loop, settled, minInWindow)
+	kit.WaitRequestsAfter(t, loop, settled, minInWindow)
 	recovering := time.Now()
 	stayed := sc.lb.Checks("node-a").Since(first.Start).Before(recovering)
 	assert.Len(t, stayed.NotOK(), len(stayed), "node-a keeps failing while its pod fails: %s", stayed)
@@ -57,12 +58,12 @@ func TestANodeWhosePodFailsItsProbeFailsItsHealthCheckWithinTheBound(t *testing.
 	assert.Equal(t, 1, back.LocalEndpoints, "kube-proxy on node-a counts the pod again: %s", back)
 	assert.LessOrEqual(t, healthyAfter, 3*recoveryBound, "node-a answers 200 within 3 × (periodSeconds × successThreshold + timeoutSeconds + 1 s) = %s", 3*recoveryBound)
 	done := time.Now()
-	waitRequestsAfter(t, loop, done, minInWindow)
+	kit.WaitRequestsAfter(t, loop, done, minInWindow)
 	res := loop.Stop()
 
 	checksB := requireAllPass(t, sc.lb, "node-b", sc.healthy, done, "across the failure and the recovery")
-	window := requireWindow(t, res, "node-a's failure and recovery", failing, done)
-	assert.Empty(t, res.Failed(), "requests through node-b's node port: %s; failed: %s", res, failures(res))
+	window := kit.RequireWindow(t, res, "node-a's failure and recovery", failing, done)
+	assert.Empty(t, res.Failed(), "requests through node-b's node port: %s; failed: %s", res, e2e.Failures(res))
 	assert.Equal(t, map[string]int{sc.b.Key(): res.OK()}, res.ByPod(), "node-b's node port leads to node-b's pod only (externalTrafficPolicy: Local)")
 	t.Logf("node-a unhealthy %s after its pod began to fail (bound %s, asserted at %s), healthy again %s after it recovered; node-b passed %d checks; %d requests through node-b in the window, %d failed",
 		unhealthyAfter.Round(time.Millisecond), bound, 3*bound, healthyAfter.Round(time.Millisecond), len(checksB), len(window), len(window.Failed()))

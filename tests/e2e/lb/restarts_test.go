@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
 
 // An agent restart and a controller leader change never fail a node's health check: with both
@@ -27,7 +28,7 @@ func TestAnAgentRestartAndALeaderChangeNeverFailANodesHealthCheck(t *testing.T) 
 	sc := newScene(t, s, "restarts")
 	grace := s.Options().AgentLostGrace
 	loop := sc.lb.Traffic(t, cluster.TrafficOptions{Duration: loopFor})
-	waitRequestsAfter(t, loop, time.Now(), minInWindow)
+	kit.WaitRequestsAfter(t, loop, time.Now(), minInWindow)
 
 	type window struct {
 		name     string
@@ -37,36 +38,17 @@ func TestAnAgentRestartAndALeaderChangeNeverFailANodesHealthCheck(t *testing.T) 
 
 	// 1. The agent of node-a restarts.
 	from := time.Now()
-	pid := s.AgentPID("node-a")
-	require.NoError(t, s.RestartAgent(t.Context(), "node-a"))
-	assert.NotEqual(t, pid, s.AgentPID("node-a"), "the agent of node-a is a new process")
-	requireProbedAgain(t, s, "node-a", 1)
+	kit.RestartAgent(t, s, "node-a", 1)
 	to := time.Now().Add(grace)
-	waitRequestsAfter(t, loop, to, minInWindow)
+	kit.WaitRequestsAfter(t, loop, to, minInWindow)
 	waitChecksAfter(t, sc.lb, "node-a", to, 1)
 	windows = append(windows, window{"agent restart on node-a", from, to})
 
 	// 2. The controller leader changes.
 	from = time.Now()
-	holder, err := electionHolder(t.Context(), s)
-	require.NoError(t, err)
-	require.NotEmpty(t, holder, "a replica holds the election Lease")
-	oldLeader, newLeader, err := s.RestartLeader(t.Context())
-	require.NoError(t, err)
-	assert.NotEqual(t, oldLeader, newLeader, "another replica leads")
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		now, err := electionHolder(t.Context(), s)
-		require.NoError(ct, err)
-		assert.NotEmpty(ct, now)
-		assert.NotEqual(ct, holder, now, "the election Lease names the new leader")
-	}, waitFor, poll)
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		n, err := scrapeSum(t.Context(), s.ControllerMetricsAddr(newLeader), "swh_controller_reconciles_total")
-		require.NoError(ct, err)
-		assert.Positive(ct, n, "the new leader reconciles")
-	}, waitFor, poll)
+	kit.ChangeLeader(t, s)
 	to = time.Now().Add(grace)
-	waitRequestsAfter(t, loop, to, minInWindow)
+	kit.WaitRequestsAfter(t, loop, to, minInWindow)
 	waitChecksAfter(t, sc.lb, "node-a", to, 1)
 	windows = append(windows, window{"controller leader change", from, to})
 	res := loop.Stop()
@@ -78,13 +60,13 @@ func TestAnAgentRestartAndALeaderChangeNeverFailANodesHealthCheck(t *testing.T) 
 			checks[n] += len(in)
 			failedChecks[n] += len(in.NotOK())
 		}
-		in := requireWindow(t, res, w.name, w.from, w.to)
+		in := kit.RequireWindow(t, res, w.name, w.from, w.to)
 		assert.Empty(t, in.Failed(), "%s: %s", w.name, in)
 		assert.ElementsMatch(t, []string{sc.a.Key(), sc.b.Key()}, in.Pods(), "%s: the load balancer sent to both nodes", w.name)
 		t.Logf("%s: %d requests in %s, %d failed; node-a passed %d checks", w.name, len(in), w.to.Sub(w.from).Round(time.Millisecond),
 			len(in.Failed()), len(sc.lb.Checks("node-a").Since(w.from).Before(w.to)))
 	}
-	assert.Empty(t, res.Failed(), "requests through the load balancer: %s; failed: %s", res, failures(res))
+	assert.Empty(t, res.Failed(), "requests through the load balancer: %s; failed: %s", res, e2e.Failures(res))
 	for _, n := range []string{"node-a", "node-b"} {
 		assert.Len(t, sc.lb.Changes(n), 1, "the load balancer's view of %s changed only once, to healthy: %v", n, sc.lb.Changes(n))
 	}

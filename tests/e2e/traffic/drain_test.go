@@ -14,6 +14,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
 
 // Scenario 4: graceful drain. A pod is replaced the way a rolling update replaces it: the new
@@ -29,32 +30,32 @@ func TestAPodReplacedWithAGracefulDrainLosesNoRequest(t *testing.T) {
 	labels := map[string]string{"app": "shop"}
 	old := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "shop-old", Node: "node-a", Labels: labels, ContainerPorts: webPorts})
 	oldServer := old.ServeHTTP(t, 8080)
-	createResource(t, c, resource(ns, "shop", labels,
-		[]v1alpha1.ServicePort{servicePort("http", 80, intstr.FromString("http"))},
-		httpProbe(intstr.FromString("http"))))
-	eventuallyEndpoints(t, c, ns, "shop", map[string]map[string]string{"shop-http-node-a": {ip(old): "TTF"}})
+	createResource(t, c, kit.Resource(ns, "shop", labels,
+		[]v1alpha1.ServicePort{e2e.ServicePort("http", 80, intstr.FromString("http"))},
+		kit.HTTPProbe(intstr.FromString("http"))))
+	kit.EventuallyEndpoints(t, c, ns, "shop", map[string]map[string]string{"shop-http-node-a": {ip(old): "TTF"}})
 	c.WaitProgrammed(t, ns+"/shop", 80, old)
 	w := watchSlices(t, c, ns)
 
 	loop := c.Traffic(t, cluster.TrafficOptions{Service: ns + "/shop", Port: 80, Duration: loopFor})
 	logTimelineOnFailure(t, w, loop)
-	waitRequestsAfter(t, loop, time.Now(), minInWindow)
+	kit.WaitRequestsAfter(t, loop, time.Now(), minInWindow)
 
 	// The replacement starts: a new pod on the other node, published by that node's agent.
 	replacing := time.Now()
 	repl := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "shop-new", Node: "node-b", Labels: labels, ContainerPorts: webPorts})
 	repl.ServeHTTP(t, 8080)
-	eventuallyEndpoints(t, c, ns, "shop", map[string]map[string]string{
+	kit.EventuallyEndpoints(t, c, ns, "shop", map[string]map[string]string{
 		"shop-http-node-a": {ip(old): "TTF"},
 		"shop-http-node-b": {ip(repl): "TTF"},
 	})
 	c.WaitProgrammed(t, ns+"/shop", 80, old, repl)
-	waitRequestsAfter(t, loop, time.Now(), minInWindow)
+	kit.WaitRequestsAfter(t, loop, time.Now(), minInWindow)
 
 	// The old pod is deleted gracefully and drains.
 	terminating := time.Now()
 	old.MarkTerminating(t)
-	eventuallyEndpoints(t, c, ns, "shop", map[string]map[string]string{
+	kit.EventuallyEndpoints(t, c, ns, "shop", map[string]map[string]string{
 		"shop-http-node-a": {ip(old): "FTT"},
 		"shop-http-node-b": {ip(repl): "TTF"},
 	})
@@ -64,22 +65,22 @@ func TestAPodReplacedWithAGracefulDrainLosesNoRequest(t *testing.T) {
 	// reach it now) and it stays serving.
 	hits := oldServer.Hits()
 	require.Eventually(t, func() bool { return oldServer.Hits() >= hits+3 }, waitFor, poll, "the agent keeps probing the terminating pod")
-	waitRequestsAfter(t, loop, drained, minInWindow)
-	got, err := endpointsOf(t.Context(), c, ns, "shop")
+	kit.WaitRequestsAfter(t, loop, drained, minInWindow)
+	got, err := e2e.EndpointsOf(t.Context(), c, ns, "shop")
 	require.NoError(t, err)
 	assert.Equal(t, "FTT", got["shop-http-node-a"][ip(old)], "the terminating pod still passes: not ready, serving, terminating")
 
 	// Then it is gone: its server stops and its object is deleted.
 	removing := time.Now()
 	old.Delete(t)
-	eventuallyEndpoints(t, c, ns, "shop", map[string]map[string]string{"shop-http-node-b": {ip(repl): "TTF"}})
+	kit.EventuallyEndpoints(t, c, ns, "shop", map[string]map[string]string{"shop-http-node-b": {ip(repl): "TTF"}})
 	removed := time.Now()
-	waitRequestsAfter(t, loop, removed, minInWindow)
+	kit.WaitRequestsAfter(t, loop, removed, minInWindow)
 	res := loop.Stop()
 
-	window := requireWindow(t, res, "the replacement, from the new pod to the old one removed", replacing, removed)
-	requireWindow(t, res, "the drain, from the graceful delete to the removal", terminating, removing)
-	assert.Empty(t, res.Failed(), "requests during the replacement: %s; failed: %s", res, failures(res))
+	window := kit.RequireWindow(t, res, "the replacement, from the new pod to the old one removed", replacing, removed)
+	kit.RequireWindow(t, res, "the drain, from the graceful delete to the removal", terminating, removing)
+	assert.Empty(t, res.Failed(), "requests during the replacement: %s; failed: %s", res, e2e.Failures(res))
 	assert.Positive(t, res.Before(terminating).ByPod()[old.Key()], "the old pod answered before it terminated: %s", res.Before(terminating))
 	afterDrain := res.Since(drained)
 	assert.Equal(t, map[string]int{repl.Key(): len(afterDrain)}, afterDrain.ByPod(), "once drained, only the new pod gets new connections")

@@ -18,6 +18,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
 
 // A tenant allowed to create ServiceWithHealthchecks in a namespace cannot add pods to a
@@ -30,7 +31,7 @@ func TestAResourceNamedLikeAForeignServiceAddsNoPodToIt(t *testing.T) {
 	s := testStack(t)
 	c := s.Cluster
 	ns := c.Env.CreateNamespaceForTest(t, "foreign")
-	startEndpointSliceController(t, s)
+	e2e.StartEndpointSliceController(t, s)
 
 	shopLabels := map[string]string{"app": "shop"}
 	shop := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "shop-0", Node: "node-a", Labels: shopLabels, ContainerPorts: webPorts})
@@ -55,13 +56,13 @@ func TestAResourceNamedLikeAForeignServiceAddsNoPodToIt(t *testing.T) {
 	mineLabels := map[string]string{"app": "mine"}
 	mine := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "mine-0", Node: "node-b", Labels: mineLabels, ContainerPorts: webPorts})
 	mine.ServeHTTP(t, 8080)
-	ports := []v1alpha1.ServicePort{servicePort("http", 80, intstr.FromInt32(8080))}
-	impostor := resource(ns, "shop", mineLabels, ports, httpProbe(intstr.FromInt32(8080)))
+	ports := []v1alpha1.ServicePort{e2e.ServicePort("http", 80, intstr.FromInt32(8080))}
+	impostor := kit.Resource(ns, "shop", mineLabels, ports, kit.HTTPProbe(intstr.FromInt32(8080)))
 	require.NoError(t, c.Env.Client.Create(t.Context(), impostor))
-	own := resource(ns, "mine", mineLabels, ports, httpProbe(intstr.FromInt32(8080)))
+	own := kit.Resource(ns, "mine", mineLabels, ports, kit.HTTPProbe(intstr.FromInt32(8080)))
 	createResource(t, c, own)
 
-	eventuallyEndpoints(t, c, ns, "mine", map[string]map[string]string{"mine-http-node-b": {ip(mine): "TTF"}})
+	kit.EventuallyEndpoints(t, c, ns, "mine", map[string]map[string]string{"mine-http-node-b": {ip(mine): "TTF"}})
 	c.WaitProgrammed(t, ns+"/mine", 80, mine)
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		cur := &v1alpha1.ServiceWithHealthchecks{}
@@ -78,13 +79,13 @@ func TestAResourceNamedLikeAForeignServiceAddsNoPodToIt(t *testing.T) {
 	var list discoveryv1.EndpointSliceList
 	require.NoError(t, c.Env.Client.List(t.Context(), &list, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: "shop"}))
 	for _, sl := range list.Items {
-		assert.Equal(t, builtInManagedBy, sl.Labels[discoveryv1.LabelManagedBy], "slice %s of Service shop is the built-in controller's", sl.Name)
+		assert.Equal(t, e2e.BuiltInManagedBy, sl.Labels[discoveryv1.LabelManagedBy], "slice %s of Service shop is the built-in controller's", sl.Name)
 	}
 	eps, n, err := builtInEndpoints(t.Context(), c, ns, "shop")
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string{ip(shop): "TTF"}, eps)
 	assert.Equal(t, 1, n)
-	impostorSlices, err := endpointsOf(t.Context(), c, ns, "shop")
+	impostorSlices, err := e2e.EndpointsOf(t.Context(), c, ns, "shop")
 	require.NoError(t, err)
 	assert.Empty(t, impostorSlices, "no slice of the impostor resource")
 

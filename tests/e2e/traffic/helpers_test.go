@@ -17,13 +17,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
 
 // Timing of the scenarios. Probes run every second; a port flips after failureThreshold
@@ -44,6 +43,13 @@ const (
 	loopFor = 10 * time.Minute
 )
 
+// kit holds the shared e2e helpers with this suite's timing.
+var kit = e2e.Timing{
+	PeriodSeconds: periodSeconds, FailureThreshold: failureThreshold, MinInWindow: minInWindow, WaitFor: waitFor, Poll: poll,
+}
+
+func ip(p *cluster.Pod) string { return p.IP.String() }
+
 // vmPorts are the container ports of the "VM" pods: web (HTTP) and smtp.
 var vmPorts = []corev1.ContainerPort{
 	{Name: "web", ContainerPort: 8080, Protocol: corev1.ProtocolTCP},
@@ -52,37 +58,6 @@ var vmPorts = []corev1.ContainerPort{
 
 // webPorts are the container ports of plain web pods.
 var webPorts = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}}
-
-func servicePort(name string, port int32, target intstr.IntOrString) v1alpha1.ServicePort {
-	return v1alpha1.ServicePort{Name: name, Port: port, Protocol: corev1.ProtocolTCP, TargetPort: target}
-}
-
-func httpProbe(port intstr.IntOrString) v1alpha1.Probe {
-	return v1alpha1.Probe{
-		Mode: v1alpha1.ProbeModeHTTP, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: failureThreshold,
-		HTTP: &v1alpha1.HTTPProbe{TargetPort: port, Path: "/healthz", Method: "GET", Scheme: corev1.URISchemeHTTP},
-	}
-}
-
-func tcpProbe(port intstr.IntOrString) v1alpha1.Probe {
-	return v1alpha1.Probe{
-		Mode: v1alpha1.ProbeModeTCP, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: failureThreshold,
-		TCP: &v1alpha1.TCPProbe{TargetPort: port},
-	}
-}
-
-// resource is a ClusterIP ServiceWithHealthchecks whose probes run every second from pod start.
-func resource(ns, name string, selector map[string]string, ports []v1alpha1.ServicePort, probes ...v1alpha1.Probe) *v1alpha1.ServiceWithHealthchecks {
-	return &v1alpha1.ServiceWithHealthchecks{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1alpha1.ServiceWithHealthchecksSpec{
-			Ports:       ports,
-			Selector:    selector,
-			Type:        corev1.ServiceTypeClusterIP,
-			Healthcheck: &v1alpha1.Healthcheck{InitialDelaySeconds: 0, PeriodSeconds: periodSeconds, Probes: probes},
-		},
-	}
-}
 
 // createResource creates the resource and waits until the controller has made its Service
 // (requests go to that Service's ClusterIP).
@@ -96,51 +71,6 @@ func createResource(t *testing.T, c *cluster.Cluster, swh *v1alpha1.ServiceWithH
 		assert.Empty(ct, svc.Spec.Selector)
 	}, waitFor, poll, "the controller creates the Service of %s", swh.Name)
 }
-
-// conds renders endpoint conditions as three letters ready, serving, terminating: "TTF".
-func conds(c discoveryv1.EndpointConditions) string {
-	tf := func(b *bool) string {
-		switch {
-		case b == nil:
-			return "?"
-		case *b:
-			return "T"
-		}
-		return "F"
-	}
-	return tf(c.Ready) + tf(c.Serving) + tf(c.Terminating)
-}
-
-// endpointsOf reads a resource's slices (by the module's resource label) as slice name ->
-// endpoint address -> conditions.
-func endpointsOf(ctx context.Context, c *cluster.Cluster, ns, resource string) (map[string]map[string]string, error) {
-	var list discoveryv1.EndpointSliceList
-	if err := c.Env.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{slicemeta.LabelResource: resource}); err != nil {
-		return nil, fmt.Errorf("listing the slices of %s/%s: %w", ns, resource, err)
-	}
-	out := map[string]map[string]string{}
-	for _, s := range list.Items {
-		eps := map[string]string{}
-		for _, e := range s.Endpoints {
-			eps[e.Addresses[0]] = conds(e.Conditions)
-		}
-		out[s.Name] = eps
-	}
-	return out, nil
-}
-
-// eventuallyEndpoints waits until the resource's slices are exactly want (slice name ->
-// address -> "RST" conditions).
-func eventuallyEndpoints(t *testing.T, c *cluster.Cluster, ns, resource string, want map[string]map[string]string) {
-	t.Helper()
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		got, err := endpointsOf(t.Context(), c, ns, resource)
-		require.NoError(ct, err)
-		assert.Equal(ct, want, got)
-	}, waitFor, poll, "the slices of %s/%s", ns, resource)
-}
-
-func ip(p *cluster.Pod) string { return p.IP.String() }
 
 // sliceChange is one event of a slice watch with the endpoint conditions it carried.
 type sliceChange struct {
@@ -168,7 +98,7 @@ func watchSlices(t *testing.T, c *cluster.Cluster, ns string) *sliceWatch {
 	require.NoError(t, c.Env.Client.List(t.Context(), &list, client.InNamespace(ns)))
 	sw := &sliceWatch{initial: map[string]map[string]string{}}
 	for _, s := range list.Items {
-		sw.initial[s.Name] = sliceEndpoints(&s)
+		sw.initial[s.Name] = e2e.SliceEndpoints(&s)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w, err := wc.Watch(ctx, &discoveryv1.EndpointSliceList{}, client.InNamespace(ns),
@@ -192,20 +122,12 @@ func watchSlices(t *testing.T, c *cluster.Cluster, ns string) *sliceWatch {
 				continue
 			}
 			sw.mu.Lock()
-			sw.changes = append(sw.changes, sliceChange{At: time.Now(), Type: ev.Type, Slice: s.Name, Endpoints: sliceEndpoints(s)})
+			sw.changes = append(sw.changes, sliceChange{At: time.Now(), Type: ev.Type, Slice: s.Name, Endpoints: e2e.SliceEndpoints(s)})
 			sw.mu.Unlock()
 		}
 	}()
 	t.Cleanup(func() { w.Stop(); cancel(); <-done })
 	return sw
-}
-
-func sliceEndpoints(s *discoveryv1.EndpointSlice) map[string]string {
-	eps := map[string]string{}
-	for _, e := range s.Endpoints {
-		eps[e.Addresses[0]] = conds(e.Conditions)
-	}
-	return eps
 }
 
 // Initial is the namespace's slices when the watch started.
@@ -287,39 +209,6 @@ func diffEndpoints(before, after map[string]string) []string {
 // between returns the requests that started in [from, to).
 func between(r cluster.Results, from, to time.Time) cluster.Results {
 	return r.Since(from).Before(to)
-}
-
-// requireWindow asserts that the loop spanned the event window [from, to] — it sent requests
-// before from and after to — and sent at least minInWindow requests inside it; it returns the
-// window's requests.
-func requireWindow(t *testing.T, res cluster.Results, name string, from, to time.Time) cluster.Results {
-	t.Helper()
-	require.False(t, to.Before(from), "%s: the window ends before it starts", name)
-	require.NotEmpty(t, res.Before(from), "%s: the loop started before the window (%s)", name, from.Format(time.RFC3339Nano))
-	require.NotEmpty(t, res.Since(to), "%s: the loop went on after the window (%s)", name, to.Format(time.RFC3339Nano))
-	in := between(res, from, to)
-	require.GreaterOrEqual(t, len(in), minInWindow, "%s: requests inside the window %s..%s", name,
-		from.Format("15:04:05.000"), to.Format("15:04:05.000"))
-	return in
-}
-
-// failures summarises failed requests for an assertion message: how many, their span, the
-// first error.
-func failures(r cluster.Results) string {
-	f := r.Failed()
-	if len(f) == 0 {
-		return "none"
-	}
-	return fmt.Sprintf("%d failed from %s to %s, first: %s", len(f),
-		f[0].Start.Format("15:04:05.000"), f[len(f)-1].Start.Format("15:04:05.000"), f[0].Err)
-}
-
-// waitRequestsAfter waits until the loop has sent n requests that started after t, so a
-// window closes only once enough traffic went through it.
-func waitRequestsAfter(tb testing.TB, tr *cluster.Traffic, after time.Time, n int) {
-	tb.Helper()
-	require.Eventually(tb, func() bool { return len(tr.Results().Since(after)) >= n }, waitFor, poll,
-		"%d requests after %s", n, after.Format("15:04:05.000"))
 }
 
 // logTimelineOnFailure logs, when the test fails, every slice change the watch saw and the

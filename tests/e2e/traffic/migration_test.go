@@ -6,7 +6,6 @@ package traffic_test
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -22,38 +21,20 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
-	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
-	"github.com/deckhouse/service-with-healthchecks/testkit/process"
 	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
+	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
-
-// builtInManagedBy is the managed-by value of the built-in EndpointSlice controller.
-const builtInManagedBy = "endpointslice-controller.k8s.io"
-
-// startEndpointSliceController runs the real built-in EndpointSlice controller — the
-// kube-controller-manager of the pinned Kubernetes (built by tools/) with only
-// endpointslice-controller enabled — against the stack's API server until the test ends. The
-// envtest API server runs no controllers of its own: without it a Service's selector would
-// publish nothing.
-func startEndpointSliceController(t *testing.T, s *stack.Stack) {
-	t.Helper()
-	bin, err := controlplane.Binary("kube-controller-manager")
-	require.NoError(t, err)
-	cmd := exec.Command(bin, "--kubeconfig="+s.Kubeconfig, "--controllers=endpointslice-controller", //nolint:gosec // the pinned tool binary
-		"--leader-elect=false", "--secure-port=0")
-	process.StartForTest(t, "kube-controller-manager", cmd)
-}
 
 // builtInEndpoints reads the built-in controller's slices of a Service as address -> "RST".
 func builtInEndpoints(ctx context.Context, c *cluster.Cluster, ns, service string) (map[string]string, int, error) {
 	var list discoveryv1.EndpointSliceList
 	if err := c.Env.Client.List(ctx, &list, client.InNamespace(ns),
-		client.MatchingLabels{discoveryv1.LabelServiceName: service, discoveryv1.LabelManagedBy: builtInManagedBy}); err != nil {
+		client.MatchingLabels{discoveryv1.LabelServiceName: service, discoveryv1.LabelManagedBy: e2e.BuiltInManagedBy}); err != nil {
 		return nil, 0, fmt.Errorf("listing the built-in slices of %s/%s: %w", ns, service, err)
 	}
 	eps := map[string]string{}
 	for _, s := range list.Items {
-		for k, v := range sliceEndpoints(&s) {
+		for k, v := range e2e.SliceEndpoints(&s) {
 			eps[k] = v
 		}
 	}
@@ -77,7 +58,7 @@ func liveService(ns string, selector map[string]string) *corev1.Service {
 func migrationSetup(t *testing.T, s *stack.Stack, ns string) (*corev1.Service, []*cluster.Pod, []*cluster.Server) {
 	t.Helper()
 	c := s.Cluster
-	startEndpointSliceController(t, s)
+	e2e.StartEndpointSliceController(t, s)
 	labels := map[string]string{"app": "web"}
 	var pods []*cluster.Pod
 	var servers []*cluster.Server
@@ -101,9 +82,9 @@ func migrationSetup(t *testing.T, s *stack.Stack, ns string) (*corev1.Service, [
 // selector and ports. Its probe needs three passes, so the agents publish a few seconds after
 // it is created and the switch happens under the running loop.
 func migratingResource(ns string, selector map[string]string) *v1alpha1.ServiceWithHealthchecks {
-	probe := httpProbe(intstr.FromInt32(8080))
+	probe := kit.HTTPProbe(intstr.FromInt32(8080))
 	probe.SuccessThreshold = 3
-	return resource(ns, "web", selector, []v1alpha1.ServicePort{servicePort("http", 80, intstr.FromInt32(8080))}, probe)
+	return kit.Resource(ns, "web", selector, []v1alpha1.ServicePort{e2e.ServicePort("http", 80, intstr.FromInt32(8080))}, probe)
 }
 
 // Scenario 6: migrating a live Service (DESIGN §11). A Service with a selector, served by the
@@ -122,7 +103,7 @@ func TestALiveServiceIsAdoptedWithoutAFailedRequest(t *testing.T) {
 	w := watchSlices(t, c, ns)
 	loop := c.Traffic(t, cluster.TrafficOptions{Service: ns + "/web", Port: 80, Duration: loopFor})
 	logTimelineOnFailure(t, w, loop)
-	waitRequestsAfter(t, loop, time.Now(), minInWindow)
+	kit.WaitRequestsAfter(t, loop, time.Now(), minInWindow)
 	adopting := time.Now()
 	swh := migratingResource(ns, svc.Spec.Selector)
 	require.NoError(t, c.Env.Client.Create(t.Context(), swh))
@@ -138,19 +119,19 @@ func TestALiveServiceIsAdoptedWithoutAFailedRequest(t *testing.T) {
 		assert.Equal(ct, metav1.ConditionTrue, cond.Status, "%s: %s", cond.Reason, cond.Message)
 	}, waitFor, poll, "the controller adopts the Service and clears its selector")
 	cleared := time.Now()
-	eventuallyEndpoints(t, c, ns, "web", map[string]map[string]string{
+	kit.EventuallyEndpoints(t, c, ns, "web", map[string]map[string]string{
 		"web-http-node-a": {ip(pods[0]): "TTF"},
 		"web-http-node-b": {ip(pods[1]): "TTF"},
 	})
 	c.WaitProgrammed(t, ns+"/web", 80, pods...)
 	switched := time.Now()
-	waitRequestsAfter(t, loop, switched, minInWindow)
+	kit.WaitRequestsAfter(t, loop, switched, minInWindow)
 	res := loop.Stop()
 
 	// The switch ends when the probed endpoints serve: the selector cleared, the agents'
 	// slices ready, kube-proxy programmed.
-	window := requireWindow(t, res, "the adoption, from the resource created to the probed endpoints serving", adopting, switched)
-	assert.Empty(t, res.Failed(), "requests across the migration: %s; failed: %s", res, failures(res))
+	window := kit.RequireWindow(t, res, "the adoption, from the resource created to the probed endpoints serving", adopting, switched)
+	assert.Empty(t, res.Failed(), "requests across the migration: %s; failed: %s", res, e2e.Failures(res))
 	assert.ElementsMatch(t, []string{pods[0].Key(), pods[1].Key()}, window.Pods(), "both pods answered during the switch")
 	got := &corev1.Service{}
 	require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKeyFromObject(svc), got))
@@ -171,7 +152,7 @@ func TestAnAdoptedServiceRoutesByItsProbesAlone(t *testing.T) {
 	svc, pods, servers := migrationSetup(t, s, ns)
 	swh := migratingResource(ns, svc.Spec.Selector)
 	require.NoError(t, c.Env.Client.Create(t.Context(), swh))
-	eventuallyEndpoints(t, c, ns, "web", map[string]map[string]string{
+	kit.EventuallyEndpoints(t, c, ns, "web", map[string]map[string]string{
 		"web-http-node-a": {ip(pods[0]): "TTF"},
 		"web-http-node-b": {ip(pods[1]): "TTF"},
 	})
@@ -182,7 +163,7 @@ func TestAnAdoptedServiceRoutesByItsProbesAlone(t *testing.T) {
 	}, waitFor, poll)
 
 	servers[1].SetHTTPStatus(503)
-	eventuallyEndpoints(t, c, ns, "web", map[string]map[string]string{
+	kit.EventuallyEndpoints(t, c, ns, "web", map[string]map[string]string{
 		"web-http-node-a": {ip(pods[0]): "TTF"},
 		"web-http-node-b": {ip(pods[1]): "FFF"},
 	})

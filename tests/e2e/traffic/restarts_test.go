@@ -4,20 +4,16 @@
 package traffic_test
 
 import (
-	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
-	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
+	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
 
 // Scenario 5: an agent restart, a controller leader change and a rolling replacement of every
@@ -37,14 +33,14 @@ func TestRestartsAndALeaderChangeChangeNothingForTraffic(t *testing.T) {
 	down := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-down", Node: "node-a", Labels: labels, ContainerPorts: webPorts})
 	a.ServeHTTP(t, 8080)
 	serverB := b.ServeHTTP(t, 8080)
-	createResource(t, c, resource(ns, "web", labels,
-		[]v1alpha1.ServicePort{servicePort("http", 80, intstr.FromInt32(8080))},
-		httpProbe(intstr.FromInt32(8080))))
+	createResource(t, c, kit.Resource(ns, "web", labels,
+		[]v1alpha1.ServicePort{e2e.ServicePort("http", 80, intstr.FromInt32(8080))},
+		kit.HTTPProbe(intstr.FromInt32(8080))))
 	want := map[string]map[string]string{
 		"web-http-node-a": {ip(a): "TTF", ip(down): "FFF"},
 		"web-http-node-b": {ip(b): "TTF"},
 	}
-	eventuallyEndpoints(t, c, ns, "web", want)
+	kit.EventuallyEndpoints(t, c, ns, "web", want)
 	c.WaitProgrammed(t, ns+"/web", 80, a, b)
 	// Probe targets per node, to tell when a new agent has probed each of its targets again.
 	targets := map[string]int{"node-a": 2, "node-b": 1}
@@ -53,7 +49,7 @@ func TestRestartsAndALeaderChangeChangeNothingForTraffic(t *testing.T) {
 	w := watchSlices(t, c, ns)
 	loop := c.Traffic(t, cluster.TrafficOptions{Service: ns + "/web", Port: 80, Duration: loopFor})
 	logTimelineOnFailure(t, w, loop)
-	waitRequestsAfter(t, loop, time.Now(), minInWindow)
+	kit.WaitRequestsAfter(t, loop, time.Now(), minInWindow)
 
 	type window struct {
 		name     string
@@ -63,35 +59,16 @@ func TestRestartsAndALeaderChangeChangeNothingForTraffic(t *testing.T) {
 
 	// 1. The agent of node-a restarts.
 	from := time.Now()
-	pid := s.AgentPID("node-a")
-	require.NoError(t, s.RestartAgent(t.Context(), "node-a"))
-	assert.NotEqual(t, pid, s.AgentPID("node-a"), "the agent of node-a is a new process")
-	requireProbedAgain(t, s, "node-a", targets["node-a"])
+	kit.RestartAgent(t, s, "node-a", targets["node-a"])
 	to := time.Now().Add(grace)
-	waitRequestsAfter(t, loop, to, minInWindow)
+	kit.WaitRequestsAfter(t, loop, to, minInWindow)
 	windows = append(windows, window{"agent restart", from, to})
 
 	// 2. The controller leader changes.
 	from = time.Now()
-	holder, err := electionHolder(t.Context(), s)
-	require.NoError(t, err)
-	require.NotEmpty(t, holder, "a replica holds the election Lease")
-	oldLeader, newLeader, err := s.RestartLeader(t.Context())
-	require.NoError(t, err)
-	assert.NotEqual(t, oldLeader, newLeader, "another replica leads")
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		now, err := electionHolder(t.Context(), s)
-		require.NoError(ct, err)
-		assert.NotEmpty(ct, now)
-		assert.NotEqual(ct, holder, now, "the election Lease names the new leader")
-	}, waitFor, poll)
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		n, err := scrapeSum(t.Context(), s.ControllerMetricsAddr(newLeader), "swh_controller_reconciles_total")
-		require.NoError(ct, err)
-		assert.Positive(ct, n, "the new leader reconciles")
-	}, waitFor, poll)
+	kit.ChangeLeader(t, s)
 	to = time.Now().Add(grace)
-	waitRequestsAfter(t, loop, to, minInWindow)
+	kit.WaitRequestsAfter(t, loop, to, minInWindow)
 	windows = append(windows, window{"leader change", from, to})
 
 	// 3. Every agent is replaced, one node at a time.
@@ -103,16 +80,16 @@ func TestRestartsAndALeaderChangeChangeNothingForTraffic(t *testing.T) {
 	require.NoError(t, s.RollAgents(t.Context()))
 	for _, n := range s.Nodes() {
 		assert.NotEqual(t, pids[n], s.AgentPID(n), "the agent of %s is a new process", n)
-		requireProbedAgain(t, s, n, targets[n])
+		kit.RequireProbedAgain(t, s, n, targets[n])
 	}
 	to = time.Now().Add(grace)
-	waitRequestsAfter(t, loop, to, minInWindow)
+	kit.WaitRequestsAfter(t, loop, to, minInWindow)
 	windows = append(windows, window{"rolling replacement of every agent", from, to})
 	res := loop.Stop()
 
-	assert.Empty(t, res.Failed(), "requests across the restarts: %s; failed: %s", res, failures(res))
+	assert.Empty(t, res.Failed(), "requests across the restarts: %s; failed: %s", res, e2e.Failures(res))
 	for _, win := range windows {
-		in := requireWindow(t, res, win.name, win.from, win.to)
+		in := kit.RequireWindow(t, res, win.name, win.from, win.to)
 		assert.Empty(t, in.Failed(), "%s: %s", win.name, in)
 		assert.ElementsMatch(t, []string{a.Key(), b.Key()}, in.Pods(), "%s: both ready pods answered", win.name)
 		t.Logf("scenario 5, %s: %d requests in %s, %d failed", win.name, len(in), win.to.Sub(win.from).Round(time.Millisecond), len(in.Failed()))
@@ -127,28 +104,4 @@ func TestRestartsAndALeaderChangeChangeNothingForTraffic(t *testing.T) {
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		assert.Contains(ct, w.ConditionChanges(), "web-http-node-b: "+ip(b)+" TTF -> FFF")
 	}, waitFor, poll, "the watch records a real readiness change")
-}
-
-// requireProbedAgain waits until the node's (new) agent has run every probe of its targets
-// failureThreshold+2 times: enough for every endpoint to reach a decisive result and for a
-// write that would follow it to have happened.
-func requireProbedAgain(t *testing.T, s *stack.Stack, node string, targets int) {
-	t.Helper()
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		n, err := scrapeSum(t.Context(), s.AgentMetricsAddr(node), "swh_agent_probe_results_total")
-		require.NoError(ct, err)
-		assert.GreaterOrEqual(ct, n, float64(targets*(failureThreshold+2)), "probes run by the new agent of %s", node)
-	}, waitFor, poll)
-}
-
-// electionHolder is the holderIdentity of the controllers' leader election Lease.
-func electionHolder(ctx context.Context, s *stack.Stack) (string, error) {
-	var l coordinationv1.Lease
-	if err := s.Client().Get(ctx, client.ObjectKey{Namespace: stack.Namespace, Name: stack.LeaderElectionID}, &l); err != nil {
-		return "", fmt.Errorf("reading the leader election Lease: %w", err)
-	}
-	if l.Spec.HolderIdentity == nil {
-		return "", nil
-	}
-	return *l.Spec.HolderIdentity, nil
 }

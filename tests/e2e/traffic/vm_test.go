@@ -15,6 +15,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
 
 // Scenario 3: the VM pod. One pod serves HTTP (port web) and SMTP (port smtp); one resource
@@ -30,10 +31,10 @@ func TestTheVMPodKeepsItsWebTrafficWhenSMTPStops(t *testing.T) {
 	vm := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "vm-0", Node: "node-a", Labels: labels, ContainerPorts: vmPorts})
 	web := vm.ServeHTTP(t, 8080)
 	smtp := vm.ServeSMTP(t, 2525)
-	createResource(t, c, resource(ns, "mail", labels,
-		[]v1alpha1.ServicePort{servicePort("web", 80, intstr.FromString("web")), servicePort("smtp", 25, intstr.FromInt32(2525))},
-		httpProbe(intstr.FromInt32(8080)), tcpProbe(intstr.FromString("smtp"))))
-	eventuallyEndpoints(t, c, ns, "mail", map[string]map[string]string{
+	createResource(t, c, kit.Resource(ns, "mail", labels,
+		[]v1alpha1.ServicePort{e2e.ServicePort("web", 80, intstr.FromString("web")), e2e.ServicePort("smtp", 25, intstr.FromInt32(2525))},
+		kit.HTTPProbe(intstr.FromInt32(8080)), kit.TCPProbe(intstr.FromString("smtp"))))
+	kit.EventuallyEndpoints(t, c, ns, "mail", map[string]map[string]string{
 		"mail-web-node-a":  {ip(vm): "TTF"},
 		"mail-smtp-node-a": {ip(vm): "TTF"},
 	})
@@ -45,10 +46,10 @@ func TestTheVMPodKeepsItsWebTrafficWhenSMTPStops(t *testing.T) {
 
 	loop := c.Traffic(t, cluster.TrafficOptions{Service: ns + "/mail", Port: 80, Duration: loopFor})
 	logTimelineOnFailure(t, w, loop)
-	waitRequestsAfter(t, loop, time.Now(), minInWindow)
+	kit.WaitRequestsAfter(t, loop, time.Now(), minInWindow)
 	stopped := time.Now()
 	smtp.Stop()
-	eventuallyEndpoints(t, c, ns, "mail", map[string]map[string]string{
+	kit.EventuallyEndpoints(t, c, ns, "mail", map[string]map[string]string{
 		"mail-web-node-a":  {ip(vm): "TTF"},
 		"mail-smtp-node-a": {ip(vm): "FFF"},
 	})
@@ -63,20 +64,20 @@ func TestTheVMPodKeepsItsWebTrafficWhenSMTPStops(t *testing.T) {
 		require.NotNil(ct, cond)
 		assert.Equal(ct, "no ready endpoint for port smtp", cond.Message)
 	}, waitFor, poll, "the controller reports the withdrawn port")
-	waitRequestsAfter(t, loop, withdrawn, minInWindow)
+	kit.WaitRequestsAfter(t, loop, withdrawn, minInWindow)
 
 	require.NoError(t, smtp.Start())
-	eventuallyEndpoints(t, c, ns, "mail", map[string]map[string]string{
+	kit.EventuallyEndpoints(t, c, ns, "mail", map[string]map[string]string{
 		"mail-web-node-a":  {ip(vm): "TTF"},
 		"mail-smtp-node-a": {ip(vm): "TTF"},
 	})
 	c.WaitProgrammed(t, ns+"/mail", 25, vm)
 	back := time.Now()
-	waitRequestsAfter(t, loop, back, minInWindow)
+	kit.WaitRequestsAfter(t, loop, back, minInWindow)
 	res := loop.Stop()
 
-	outage := requireWindow(t, res, "from SMTP stopped to SMTP back", stopped, back)
-	assert.Empty(t, res.Failed(), "web requests to the VM while its SMTP failed: %s; failed: %s", res, failures(res))
+	outage := kit.RequireWindow(t, res, "from SMTP stopped to SMTP back", stopped, back)
+	assert.Empty(t, res.Failed(), "web requests to the VM while its SMTP failed: %s; failed: %s", res, e2e.Failures(res))
 	assert.Equal(t, map[string]int{vm.Key(): len(outage)}, outage.ByPod(), "the VM answered every web request of the outage")
 	assert.Equal(t, []string{
 		"mail-smtp-node-a: " + ip(vm) + " TTF -> FFF",

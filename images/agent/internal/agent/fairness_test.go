@@ -22,15 +22,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/agent"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/prober"
@@ -104,33 +101,6 @@ func held(hs []*hangingServer) int64 {
 		n += h.open.Load()
 	}
 	return n
-}
-
-// createProbedResource is createResource with a period of one's choosing (a probe's
-// timeoutSeconds may not exceed the period) and for benchmarks too.
-func createProbedResource(tb testing.TB, c *cluster.Cluster, ns, name string, selector map[string]string, period int32, ports []v1alpha1.ServicePort, probes ...v1alpha1.Probe) *v1alpha1.ServiceWithHealthchecks {
-	tb.Helper()
-	swh := &v1alpha1.ServiceWithHealthchecks{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1alpha1.ServiceWithHealthchecksSpec{
-			Ports:       ports,
-			Selector:    selector,
-			Type:        corev1.ServiceTypeClusterIP,
-			Healthcheck: &v1alpha1.Healthcheck{InitialDelaySeconds: 0, PeriodSeconds: period, Probes: probes},
-		},
-	}
-	require.NoError(tb, c.Env.Client.Create(tb.Context(), swh))
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
-		OwnerReferences: []metav1.OwnerReference{slicemeta.OwnerReference(name, swh.UID)}}}
-	for _, p := range ports {
-		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: p.Name, Port: p.Port, Protocol: p.Protocol, TargetPort: p.TargetPort})
-	}
-	require.NoError(tb, c.Env.Client.Create(tb.Context(), svc))
-	// Standing in for the controller, which reports the Service as the resource's own
-	// (status.clusterIP; agents that gate publishing on it publish only then).
-	swh.Status.ClusterIP = svc.Spec.ClusterIP
-	require.NoError(tb, c.Env.Client.Status().Update(tb.Context(), swh))
-	return swh
 }
 
 // hangingProbes are n HTTP probes of port 8080 with timeoutSeconds 60.

@@ -106,6 +106,21 @@ func stopAll(agents ...*runningAgent) {
 	}
 }
 
+// waitSettled waits until the agent's two HTTP targets have reached their decisive results (one
+// passed, one failed: the transitions that make it reconcile) and then until it has run four
+// more probes, ample time for a write that reconcile would make; it returns the probe runs at
+// the decisive results.
+func (a *runningAgent) waitSettled(t *testing.T) float64 {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(a.Metrics.ProbeTransitions.WithLabelValues("HTTP", "Pass")) == 1 &&
+			testutil.ToFloat64(a.Metrics.ProbeTransitions.WithLabelValues("HTTP", "Fail")) == 1
+	}, time.Minute, 50*time.Millisecond)
+	runs := a.probeRuns()
+	require.Eventually(t, func() bool { return a.probeRuns() >= runs+4 }, time.Minute, 50*time.Millisecond)
+	return runs
+}
+
 // probeRuns is how many probes the agent has run.
 func (a *runningAgent) probeRuns() float64 {
 	n := 0.0
@@ -136,26 +151,33 @@ func tcpProbe(port intstr.IntOrString, success, failure int32) v1alpha1.Probe {
 // says the Service is the resource's own.
 func createResource(t *testing.T, c *cluster.Cluster, ns, name string, selector map[string]string, ports []v1alpha1.ServicePort, probes ...v1alpha1.Probe) *v1alpha1.ServiceWithHealthchecks {
 	t.Helper()
+	return createProbedResource(t, c, ns, name, selector, 1, ports, probes...)
+}
+
+// createProbedResource is createResource with a period of one's choosing (a probe's
+// timeoutSeconds may not exceed the period) and for benchmarks too.
+func createProbedResource(tb testing.TB, c *cluster.Cluster, ns, name string, selector map[string]string, period int32, ports []v1alpha1.ServicePort, probes ...v1alpha1.Probe) *v1alpha1.ServiceWithHealthchecks {
+	tb.Helper()
 	swh := &v1alpha1.ServiceWithHealthchecks{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: v1alpha1.ServiceWithHealthchecksSpec{
 			Ports:       ports,
 			Selector:    selector,
 			Type:        corev1.ServiceTypeClusterIP,
-			Healthcheck: &v1alpha1.Healthcheck{InitialDelaySeconds: 0, PeriodSeconds: 1, Probes: probes},
+			Healthcheck: &v1alpha1.Healthcheck{InitialDelaySeconds: 0, PeriodSeconds: period, Probes: probes},
 		},
 	}
-	require.NoError(t, c.Env.Client.Create(t.Context(), swh))
+	require.NoError(tb, c.Env.Client.Create(tb.Context(), swh))
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
 		OwnerReferences: []metav1.OwnerReference{slicemeta.OwnerReference(name, swh.UID)}}}
 	for _, p := range ports {
 		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: p.Name, Port: p.Port, Protocol: p.Protocol, TargetPort: p.TargetPort})
 	}
-	require.NoError(t, c.Env.Client.Create(t.Context(), svc))
-	// The controller reports the Service as the resource's own (status.clusterIP): the agents
-	// publish only then.
+	require.NoError(tb, c.Env.Client.Create(tb.Context(), svc))
+	// Standing in for the controller, which reports the Service as the resource's own
+	// (status.clusterIP; agents that gate publishing on it publish only then).
 	swh.Status.ClusterIP = svc.Spec.ClusterIP
-	require.NoError(t, c.Env.Client.Status().Update(t.Context(), swh))
+	require.NoError(tb, c.Env.Client.Status().Update(tb.Context(), swh))
 	return swh
 }
 

@@ -215,13 +215,8 @@ func TestARestartedAgentAdoptsItsSlicesWithoutFlapping(t *testing.T) {
 	second := startAgent(t, c, "node-a")
 	// Both targets reach their decisive results (2 passes, failureThreshold failures), which
 	// makes the new agent reconcile; two more periods give that reconcile ample time to write.
-	require.Eventually(t, func() bool {
-		return testutil.ToFloat64(second.Metrics.ProbeTransitions.WithLabelValues("HTTP", "Pass")) == 1 &&
-			testutil.ToFloat64(second.Metrics.ProbeTransitions.WithLabelValues("HTTP", "Fail")) == 1
-	}, time.Minute, 50*time.Millisecond)
-	runs := second.probeRuns()
+	runs := second.waitSettled(t)
 	require.GreaterOrEqual(t, runs, float64(failureThreshold+2))
-	require.Eventually(t, func() bool { return second.probeRuns() >= runs+4 }, time.Minute, 50*time.Millisecond)
 	assert.Empty(t, w.Events(), "no slice was written across the restart")
 	eventuallySlices(t, c, ns, "web", want)
 

@@ -5,7 +5,6 @@ package agent_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
@@ -58,12 +57,7 @@ func TestAnUpgradedAgentAdoptsSlicesWithoutTheNodeKeyWithoutFlapping(t *testing.
 	// The new agent labels the slice (one write), then both targets reach their decisive
 	// results (2 passes, failureThreshold failures) and the agent reconciles: nothing else is
 	// written, and the endpoints never change.
-	require.Eventually(t, func() bool {
-		return testutil.ToFloat64(second.Metrics.ProbeTransitions.WithLabelValues("HTTP", "Pass")) == 1 &&
-			testutil.ToFloat64(second.Metrics.ProbeTransitions.WithLabelValues("HTTP", "Fail")) == 1
-	}, time.Minute, 50*time.Millisecond)
-	runs := second.probeRuns()
-	require.Eventually(t, func() bool { return second.probeRuns() >= runs+4 }, time.Minute, 50*time.Millisecond)
+	second.waitSettled(t)
 	assert.Equal(t, []string{"MODIFIED web-http-node-a"}, w.Events(), "one write: the label")
 	got := eventuallySlices(t, c, ns, "web", want)
 	assert.NotEmpty(t, got["web-http-node-a"].RV)
