@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -30,6 +29,8 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/prober"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/scheduler"
+
+	"github.com/deckhouse/service-with-healthchecks/testkit/process"
 )
 
 // BenchmarkCapacity measures how many probe targets one agent carries: the agent's scheduler
@@ -132,7 +133,7 @@ func runCapacity(b *testing.B, mode string, n int, addrs []string) {
 		b.ReportMetric(float64(sys)/float64(cpu)*100, "sys-%")
 	}
 	b.ReportMetric(cpu.Seconds()/wall, "cpu-cores")
-	b.ReportMetric(float64(peakRSS(b))/(1<<20), "peak-RSS-MiB")
+	b.ReportMetric(float64(selfPeakRSS(b))/(1<<20), "peak-RSS-MiB")
 	b.ReportMetric(percentile(lags, 0.50)*1000, "lag-p50-ms")
 	b.ReportMetric(percentile(lags, 0.99)*1000, "lag-p99-ms")
 	b.ReportMetric(float64(r)/wall, "probes/s")
@@ -196,25 +197,6 @@ func cpuTime(b *testing.B) (user, sys time.Duration) {
 	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
 }
 
-// peakRSS is the process's peak resident set size (VmHWM) in bytes.
-func peakRSS(b *testing.B) int64 {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		b.Fatal(err)
-	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	b.Fatal("no VmHWM in /proc/self/status")
-	return 0
-}
-
 func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
 	v := os.Getenv(name)
 	if v == "" {
@@ -267,4 +249,13 @@ func startCapacityServer(b *testing.B) map[string][]string {
 		b.Fatalf("parsing the capacity server's addresses %q: %v", line, err)
 	}
 	return addrs
+}
+
+// selfPeakRSS is this process's peak resident set size (VmHWM) in bytes.
+func selfPeakRSS(b *testing.B) int64 {
+	n, err := process.PeakRSS(os.Getpid())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
 }
