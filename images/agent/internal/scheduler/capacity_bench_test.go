@@ -29,7 +29,6 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/prober"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/scheduler"
-
 	"github.com/deckhouse/service-with-healthchecks/testkit/process"
 )
 
