@@ -72,9 +72,11 @@ func (r *Reconciler) observe(ctx context.Context, res types.NamespacedName) (Obs
 		return Observed{}, fmt.Errorf("listing pods: %w", err)
 	}
 	var pods []*corev1.Pod
-	for i := range podList.Items {
-		if p := &podList.Items[i]; p.Spec.NodeName == r.Node && selects(swh, p) {
-			pods = append(pods, p)
+	if sel := selector(swh); sel != nil {
+		for i := range podList.Items {
+			if p := &podList.Items[i]; p.Spec.NodeName == r.Node && sel.Matches(labels.Set(p.Labels)) {
+				pods = append(pods, p)
+			}
 		}
 	}
 	slices.SortFunc(pods, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
@@ -102,10 +104,17 @@ func (r *Reconciler) observe(ctx context.Context, res types.NamespacedName) (Obs
 // selects tells whether the resource selects the pod: same namespace and a non-empty selector
 // that matches its labels.
 func selects(swh *v1alpha1.ServiceWithHealthchecks, pod *corev1.Pod) bool {
-	if len(swh.Spec.Selector) == 0 || swh.Namespace != pod.Namespace {
-		return false
+	sel := selector(swh)
+	return sel != nil && swh.Namespace == pod.Namespace && sel.Matches(labels.Set(pod.Labels))
+}
+
+// selector is the resource's pod selector, nil when it selects nothing (an empty selector).
+// observe builds it once per reconcile, not once per pod.
+func selector(swh *v1alpha1.ServiceWithHealthchecks) labels.Selector {
+	if len(swh.Spec.Selector) == 0 {
+		return nil
 	}
-	return labels.SelectorFromSet(swh.Spec.Selector).Matches(labels.Set(pod.Labels))
+	return labels.SelectorFromSet(swh.Spec.Selector)
 }
 
 // sliceIndexes are the cache indexes observe and the watches use.

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	discoveryv1ac "k8s.io/client-go/applyconfigurations/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
@@ -146,4 +147,63 @@ func TestARenamedSliceIsDeletedOnlyOnceItsSuccessorIsCreated(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond, "the retry creates the new slice and deletes the old one")
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.SliceWrites.WithLabelValues(metrics.OpCreate)))
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.SliceWrites.WithLabelValues(metrics.OpDelete)))
+}
+
+// Every update strips the slice's managedFields, so the API server tracks no fields of the
+// module's slices after their create: the updates that follow (the agent's, the controller's
+// withdrawals, anyone's plain update) skip the structured-merge work over every endpoint. A field
+// someone else applies is kept; its record goes with the next update.
+func TestAnUpdatedSliceCarriesNoManagedFields(t *testing.T) {
+	c := testCluster(t)
+	ns := c.Env.CreateNamespaceForTest(t, "managedfields")
+	swh := createResource(t, c, ns, "web", nil, []v1alpha1.ServicePort{namedPort("http", 80, intstr.FromInt32(8080))})
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-0", UID: "uid-web-0"},
+		Spec:       corev1.PodSpec{NodeName: "node-a"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "198.18.251.2", PodIPs: []corev1.PodIP{{IP: "198.18.251.2"}},
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+	desired := func(ready bool) []sliceplan.Desired {
+		p := pod.DeepCopy()
+		if !ready {
+			p.Status.Conditions[0].Status = corev1.ConditionFalse
+		}
+		return sliceplan.Compute(sliceplan.Input{Resource: swh, Node: "node-a",
+			Pods: []sliceplan.Pod{{Pod: p, Endpoints: portrule.Evaluate(&swh.Spec, p, nil)}}})
+	}
+	pub := &publisher.Publisher{Client: c.Env.Client, Reader: c.Env.Client, Metrics: metrics.New(nil)}
+	key := client.ObjectKey{Namespace: ns, Name: "web-http-node-a"}
+	publish := func(ready bool) *discoveryv1.EndpointSlice {
+		t.Helper()
+		cur := &discoveryv1.EndpointSlice{}
+		existing := map[string]*discoveryv1.EndpointSlice{}
+		if err := c.Env.Client.Get(t.Context(), key, cur); err == nil {
+			existing[cur.Name] = cur
+		}
+		_, err := pub.Apply(t.Context(), sliceplan.Diff("web", swh.UID, "node-a", desired(ready), existing))
+		require.NoError(t, err)
+		got := &discoveryv1.EndpointSlice{}
+		require.NoError(t, c.Env.Client.Get(t.Context(), key, got))
+		require.Len(t, got.Endpoints, 1)
+		assert.Equal(t, ready, *got.Endpoints[0].Conditions.Ready, "the content was written")
+		return got
+	}
+
+	created := publish(true)
+	require.NotEmpty(t, created.ManagedFields, "a create is always tracked")
+	updated := publish(false)
+	assert.Empty(t, updated.ManagedFields, "the update removed the managedFields")
+	assert.NotEqual(t, created.ResourceVersion, updated.ResourceVersion)
+
+	// Someone applies a label: the API server records that manager again; the agent's next
+	// update keeps the label and strips the record.
+	apply := discoveryv1ac.EndpointSlice(key.Name, ns).WithLabels(map[string]string{"team": "web"}).
+		WithAddressType(discoveryv1.AddressTypeIPv4)
+	require.NoError(t, c.Env.Client.Apply(t.Context(), apply, client.FieldOwner("someone"), client.ForceOwnership))
+	applied := &discoveryv1.EndpointSlice{}
+	require.NoError(t, c.Env.Client.Get(t.Context(), key, applied))
+	require.NotEmpty(t, applied.ManagedFields, "an apply is tracked")
+	again := publish(true)
+	assert.Empty(t, again.ManagedFields, "the next update removed them again")
+	assert.Equal(t, "web", again.Labels["team"], "what the other writer applied is kept")
 }

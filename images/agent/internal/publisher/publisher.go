@@ -14,6 +14,7 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -117,12 +118,22 @@ func (p *Publisher) Apply(ctx context.Context, plan sliceplan.Plan) (Result, err
 	return res, errors.Join(errs...)
 }
 
+// StripManagedFields is the managedFields value every update sends: a list of one empty entry,
+// which tells the API server to remove the slice's managedFields (Kubernetes "Server-Side Apply",
+// "Clearing managedFields"). An update of an object without managedFields, by a client that
+// does not apply, is not tracked at all (the field manager's skipNonAppliedManager), which spares
+// the API server its structured-merge walk of every endpoint, twice, on each update: at 1,000
+// endpoints the update costs about 40 % less (development/AGENT.md, "Writing"). The slices are
+// this module's alone and written with updates; who manages one is in its managed-by label.
+func StripManagedFields() []metav1.ManagedFieldsEntry { return []metav1.ManagedFieldsEntry{{}} }
+
 // update writes s; on a conflict it merges the desired content into the latest version of the
 // slice, as long as that is still ours, and tries again. It returns the slice as written, or
 // nil when the latest version already had the desired content.
 func (p *Publisher) update(ctx context.Context, s *discoveryv1.EndpointSlice, key slicemeta.SliceKey) (*discoveryv1.EndpointSlice, error) {
 	attempt := s.DeepCopy()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		attempt.ManagedFields = StripManagedFields()
 		err := p.Client.Update(ctx, attempt)
 		p.count(metrics.OpUpdate, err)
 		if !apierrors.IsConflict(err) {
