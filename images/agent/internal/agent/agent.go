@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -166,6 +167,10 @@ func New(opts Options) (*Agent, error) {
 		}
 	}
 	m := metrics.New(reg)
+	podInformer, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})
+	if err != nil {
+		return nil, fmt.Errorf("creating the pod informer: %w", err)
+	}
 
 	r := &Reconciler{
 		Client:  mgr.GetClient(),
@@ -175,6 +180,11 @@ func New(opts Options) (*Agent, error) {
 		Window:  opts.CoalesceWindow,
 		Burst:   opts.CoalesceBurst,
 	}
+	indexed, ok := podInformer.(toolscache.SharedIndexInformer)
+	if !ok {
+		return nil, fmt.Errorf("the pod informer (%T) has no indexer", podInformer)
+	}
+	r.podIndex = indexed.GetIndexer()
 	var store *credentials.Store
 	runner := opts.Runner
 	if runner == nil {

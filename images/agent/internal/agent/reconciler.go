@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -78,6 +79,10 @@ type Reconciler struct {
 	// regains one every Window, see enqueueChange).
 	Window time.Duration
 	Burst  int
+
+	// podIndex is the pod informer's indexer: observe reads the cache's pods from it without
+	// copying them.
+	podIndex toolscache.Indexer
 
 	mu        sync.Mutex
 	queue     workqueue.TypedRateLimitingInterface[reconcile.Request]
