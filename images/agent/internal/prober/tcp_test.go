@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -360,6 +361,9 @@ func TestTCPProbesLeaveNoDescriptorAndNoTimeWaitOnAnyPath(t *testing.T) {
 }
 `, nil, func(netns string) {
 		tid := syscall.Gettid() // this goroutine's thread, the one in the namespace
+		// accepted counts the listeners' connections not closed yet: their descriptors are the
+		// test's own, not the prober's, so the counts are compared only while there are none.
+		var accepted atomic.Int64
 		for _, addr := range []string{"127.0.0.1:7010", "127.0.0.1:7013", "[::1]:7010"} {
 			l, err := net.Listen("tcp", addr)
 			if !assert.NoError(t, err) {
@@ -372,10 +376,12 @@ func TestTCPProbesLeaveNoDescriptorAndNoTimeWaitOnAnyPath(t *testing.T) {
 					if err != nil {
 						return
 					}
+					accepted.Add(1)
 					// Read until the probe's reset (or the control's FIN), then close.
 					_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
 					_, _ = io.Copy(io.Discard, c)
 					_ = c.Close()
+					accepted.Add(-1)
 				}
 			}()
 		}
@@ -412,6 +418,11 @@ func TestTCPProbesLeaveNoDescriptorAndNoTimeWaitOnAnyPath(t *testing.T) {
 		// Once each first: the runtime's poller and the exec of nft open descriptors of their own.
 		every()
 		slow()
+		// The listeners' ends close once they read the reset, on goroutines of their own.
+		if !assert.Eventually(t, func() bool { return accepted.Load() == 0 }, 30*time.Second, 10*time.Millisecond,
+			"the listeners closed their connections") {
+			return
+		}
 		fds := openFDs(t)
 		for range 300 {
 			every()
@@ -419,8 +430,7 @@ func TestTCPProbesLeaveNoDescriptorAndNoTimeWaitOnAnyPath(t *testing.T) {
 		for range 2 {
 			slow()
 		}
-		// The listeners' ends close once they read the reset, on goroutines of their own.
-		assert.Eventually(t, func() bool { return openFDs(t) == fds }, 30*time.Second, 10*time.Millisecond,
+		assert.Eventually(t, func() bool { return accepted.Load() == 0 && openFDs(t) == fds }, 30*time.Second, 10*time.Millisecond,
 			"the probes closed every socket: %d descriptors open, %d before", openFDs(t), fds)
 		assert.Equal(t, 0, timeWaits(t, tid), "the probes closed with a reset")
 
