@@ -25,6 +25,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/portrule"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/publisher"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/sliceplan"
+	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 )
 
 // An update computed from a stale version is retried on the latest one, keeping what others
@@ -32,21 +33,7 @@ import (
 func TestAConflictingUpdateIsRetriedOnTheLatestVersion(t *testing.T) {
 	c := testCluster(t)
 	ns := c.Env.CreateNamespaceForTest(t, "conflict")
-	swh := createResource(t, c, ns, "web", nil, []v1alpha1.ServicePort{namedPort("http", 80, intstr.FromInt32(8080))})
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-0", UID: "uid-web-0"},
-		Spec:       corev1.PodSpec{NodeName: "node-a"},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "198.18.251.1", PodIPs: []corev1.PodIP{{IP: "198.18.251.1"}},
-			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
-	}
-	desired := func(ready bool) []sliceplan.Desired {
-		p := pod.DeepCopy()
-		if !ready {
-			p.Status.Conditions[0].Status = corev1.ConditionFalse
-		}
-		return sliceplan.Compute(sliceplan.Input{Resource: swh, Node: "node-a",
-			Pods: []sliceplan.Pod{{Pod: p, Endpoints: portrule.Evaluate(&swh.Spec, p, nil)}}})
-	}
+	swh, desired := onePodResource(t, c, ns, "198.18.251.1")
 	m := metrics.New(nil)
 	pub := &publisher.Publisher{Client: c.Env.Client, Reader: c.Env.Client, Metrics: m}
 
@@ -156,21 +143,7 @@ func TestARenamedSliceIsDeletedOnlyOnceItsSuccessorIsCreated(t *testing.T) {
 func TestAnUpdatedSliceCarriesNoManagedFields(t *testing.T) {
 	c := testCluster(t)
 	ns := c.Env.CreateNamespaceForTest(t, "managedfields")
-	swh := createResource(t, c, ns, "web", nil, []v1alpha1.ServicePort{namedPort("http", 80, intstr.FromInt32(8080))})
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-0", UID: "uid-web-0"},
-		Spec:       corev1.PodSpec{NodeName: "node-a"},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "198.18.251.2", PodIPs: []corev1.PodIP{{IP: "198.18.251.2"}},
-			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
-	}
-	desired := func(ready bool) []sliceplan.Desired {
-		p := pod.DeepCopy()
-		if !ready {
-			p.Status.Conditions[0].Status = corev1.ConditionFalse
-		}
-		return sliceplan.Compute(sliceplan.Input{Resource: swh, Node: "node-a",
-			Pods: []sliceplan.Pod{{Pod: p, Endpoints: portrule.Evaluate(&swh.Spec, p, nil)}}})
-	}
+	swh, desired := onePodResource(t, c, ns, "198.18.251.2")
 	pub := &publisher.Publisher{Client: c.Env.Client, Reader: c.Env.Client, Metrics: metrics.New(nil)}
 	key := client.ObjectKey{Namespace: ns, Name: "web-http-node-a"}
 	publish := func(ready bool) *discoveryv1.EndpointSlice {
@@ -206,4 +179,25 @@ func TestAnUpdatedSliceCarriesNoManagedFields(t *testing.T) {
 	again := publish(true)
 	assert.Empty(t, again.ManagedFields, "the next update removed them again")
 	assert.Equal(t, "web", again.Labels["team"], "what the other writer applied is kept")
+}
+
+// onePodResource creates a resource "web" with one named port and returns it with the desired
+// slices of its one pod web-0 on node-a (an object only: nothing dials ip), ready or not.
+func onePodResource(t *testing.T, c *cluster.Cluster, ns, ip string) (*v1alpha1.ServiceWithHealthchecks, func(ready bool) []sliceplan.Desired) {
+	t.Helper()
+	swh := createResource(t, c, ns, "web", nil, []v1alpha1.ServicePort{namedPort("http", 80, intstr.FromInt32(8080))})
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-0", UID: "uid-web-0"},
+		Spec:       corev1.PodSpec{NodeName: "node-a"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+	return swh, func(ready bool) []sliceplan.Desired {
+		p := pod.DeepCopy()
+		if !ready {
+			p.Status.Conditions[0].Status = corev1.ConditionFalse
+		}
+		return sliceplan.Compute(sliceplan.Input{Resource: swh, Node: "node-a",
+			Pods: []sliceplan.Pod{{Pod: p, Endpoints: portrule.Evaluate(&swh.Spec, p, nil)}}})
+	}
 }
