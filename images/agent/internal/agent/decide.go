@@ -31,7 +31,7 @@ type Observed struct {
 	// every other one that holds a name the resource's slices may take.
 	Slices []*discoveryv1.EndpointSlice
 	// Results are the scheduler's thresholded results of the resource's targets.
-	Results map[scheduler.Key]portrule.ProbeResult
+	Results scheduler.Results
 }
 
 // Decision is what one reconcile does, decided before anything is written.
@@ -87,16 +87,16 @@ func Decide(o Observed) Decision {
 
 	d := Decision{Targets: make([]scheduler.Target, 0, len(o.Pods)*len(probes))}
 	pods := make([]sliceplan.Pod, 0, len(o.Pods))
-	// The verdicts by pod and port: an index into the list (a Transition is too large for a map
-	// to hold it without allocating each entry).
-	verdicts := make(map[servingKey]int, len(o.Pods)*len(swh.Spec.Ports))
-	decided := make([]Transition, 0, len(o.Pods)*len(swh.Spec.Ports))
+	// The decided verdicts by pod and port: slot i*slotsPerPod+port of pod i (portSlot).
+	slotsPerPod := max(1, len(swh.Spec.Ports))
+	verdicts := make([]verdict, len(o.Pods)*slotsPerPod)
 	// One results buffer for every pod: Evaluate does not keep it. One endpoints buffer for
 	// every pod: each pod's endpoints are a window of it, which sliceplan reads and copies.
 	results := make(portrule.Results, len(probes))
-	endpoints := make([]portrule.Endpoint, 0, len(o.Pods)*max(1, len(swh.Spec.Ports)))
-	for _, pod := range o.Pods {
-		b := portrule.Bind(&swh.Spec, pod)
+	endpoints := make([]portrule.Endpoint, 0, len(o.Pods)*slotsPerPod)
+	binder := portrule.NewBinder(&swh.Spec, len(o.Pods))
+	for pi, pod := range o.Pods {
+		b := binder.Bind(&swh.Spec, pod)
 		clear(results)
 		if b.Publishable {
 			notBefore := pod.CreationTimestamp.Add(initialDelay)
@@ -118,7 +118,7 @@ func Decide(o Observed) Decision {
 					Period:    period,
 				}
 				d.Targets = append(d.Targets, t)
-				if r, ok := o.Results[t.Key]; ok {
+				if r, ok := o.Results.Of(t.Key); ok {
 					results[i] = r
 				}
 			}
@@ -131,17 +131,11 @@ func Decide(o Observed) Decision {
 			if !e.Published || !e.Decided || len(e.Probes) == 0 {
 				continue
 			}
-			t := Transition{
-				Pod:     corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
-				Serving: e.Serving, Reason: e.Reason,
-			}
-			var portName string
+			slot := 0
 			if e.PortIndex != portrule.NoPort {
-				port := swh.Spec.Ports[e.PortIndex]
-				portName, t.Port = port.Name, port.DisplayName()
+				slot = e.PortIndex
 			}
-			verdicts[servingKey{port: portName, pod: pod.UID}] = len(decided)
-			decided = append(decided, t)
+			verdicts[pi*slotsPerPod+slot] = verdict{decided: true, serving: e.Serving, reason: e.Reason}
 		}
 	}
 	if len(o.Pods) > 0 {
@@ -165,53 +159,113 @@ func Decide(o Observed) Decision {
 	}
 	d.Desired = sliceplan.Compute(sliceplan.Input{Resource: swh, Node: o.Node, Zone: o.Zone, Pods: pods, Existing: own})
 	d.Plan = sliceplan.Diff(swh.Name, swh.UID, o.Node, d.Desired, existing)
-	d.Transitions = transitions(d.Desired, own, verdicts, decided)
+	// Transitions are reported with the slices that carry them once those are written: without
+	// a slice to create or update there is nothing to report them with (the steady state).
+	if len(d.Plan.Create)+len(d.Plan.Update) > 0 {
+		d.Transitions = transitions(swh, o.Pods, d.Desired, own, verdicts)
+	}
 	return d
 }
 
-// servingKey is a pod on a port (by port name, "" for a single unnamed port).
-type servingKey struct {
-	port string
-	pod  types.UID
+// verdict is the decided verdict of a pod on a probed port.
+type verdict struct {
+	decided bool
+	serving bool
+	reason  string
 }
 
-// transitions compares the decided verdicts of probed ports with what the existing slices of
-// (resource, node) carry. A verdict that differs, or a failing verdict the slices never carried,
-// is a transition; it is reported with the first desired slice that lists the pod on that port
-// (a dual-stack pod is in one slice per family: it is reported once). A pod that appears
-// serving is not a transition: only a change back to serving is ("probes pass").
-func transitions(desired []sliceplan.Desired, existing []*discoveryv1.EndpointSlice, verdicts map[servingKey]int, decided []Transition) map[string][]Transition {
-	before := make(map[servingKey]bool, len(verdicts))
+// portSlot is the slot of a port, by name, among a pod's verdicts: its index in spec.ports (0
+// for the one endpoint of a resource without ports); ok is false for a port the spec lacks.
+func portSlot(swh *v1alpha1.ServiceWithHealthchecks, name string) (int, bool) {
+	if len(swh.Spec.Ports) == 0 {
+		return 0, name == ""
+	}
+	for i := range swh.Spec.Ports {
+		if swh.Spec.Ports[i].Name == name {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// Carried conditions of a pod on a port in the existing slices (transitions).
+const (
+	notCarried uint8 = iota
+	carriedNotServing
+	carriedServing
+)
+
+// transitions compares the decided verdicts of probed ports (by pod of pods and port slot) with
+// what the existing slices of (resource, node) carry. A verdict that differs, or a failing
+// verdict the slices never carried, is a transition; it is reported with the first desired
+// slice that lists the pod on that port (a dual-stack pod is in one slice per family: it is
+// reported once). A pod that appears serving is not a transition: only a change back to serving
+// is ("probes pass"). Pods are found by uid once; the rest is indexing.
+func transitions(swh *v1alpha1.ServiceWithHealthchecks, pods []*corev1.Pod, desired []sliceplan.Desired, existing []*discoveryv1.EndpointSlice, verdicts []verdict) map[string][]Transition {
+	slotsPerPod := max(1, len(swh.Spec.Ports))
+	index := make(map[types.UID]int, len(pods))
+	for i, p := range pods {
+		index[p.UID] = i
+	}
+	before := make([]uint8, len(verdicts))
 	for _, s := range existing {
 		port, _ := slicemeta.PortOf(s)
+		slot, ok := portSlot(swh, port)
+		if !ok {
+			continue
+		}
 		for _, e := range s.Endpoints {
 			if e.TargetRef == nil {
 				continue
 			}
-			k := servingKey{port: port, pod: e.TargetRef.UID}
-			before[k] = before[k] || e.Conditions.Serving == nil || *e.Conditions.Serving
+			i, ok := index[e.TargetRef.UID]
+			if !ok {
+				continue
+			}
+			k := i*slotsPerPod + slot
+			switch {
+			case e.Conditions.Serving == nil || *e.Conditions.Serving:
+				before[k] = carriedServing
+			case before[k] == notCarried:
+				before[k] = carriedNotServing
+			}
 		}
 	}
 	out := map[string][]Transition{}
-	reported := make(map[servingKey]bool, len(verdicts))
+	reported := make([]bool, len(verdicts))
 	for _, ds := range desired {
+		slot, ok := portSlot(swh, ds.Key.Port)
+		if !ok {
+			continue
+		}
 		for _, e := range ds.Slice.Endpoints {
 			if e.TargetRef == nil {
 				continue
 			}
-			k := servingKey{port: ds.Key.Port, pod: e.TargetRef.UID}
-			i, ok := verdicts[k]
-			if !ok || reported[k] {
+			i, ok := index[e.TargetRef.UID]
+			if !ok {
 				continue
 			}
-			v := decided[i]
+			k := i*slotsPerPod + slot
+			v := verdicts[k]
+			if !v.decided || reported[k] {
+				continue
+			}
 			reported[k] = true
-			was, seen := before[k]
+			was, seen := before[k] == carriedServing, before[k] != notCarried
 			switch {
-			case seen && was == v.Serving:
-			case v.Serving && !seen:
+			case seen && was == v.serving:
+			case v.serving && !seen:
 			default:
-				out[ds.Slice.Name] = append(out[ds.Slice.Name], v)
+				pod := pods[i]
+				t := Transition{
+					Pod:     corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+					Serving: v.serving, Reason: v.reason,
+				}
+				if len(swh.Spec.Ports) > 0 {
+					t.Port = swh.Spec.Ports[slot].DisplayName()
+				}
+				out[ds.Slice.Name] = append(out[ds.Slice.Name], t)
 			}
 		}
 	}

@@ -5,6 +5,7 @@ package agent
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -33,14 +34,17 @@ func BenchmarkDecide(b *testing.B) {
 		}
 		results := results(swh, pods, pass)
 		written := asExisting(Decide(Observed{Resource: swh, Node: testNode, Zone: "zone-a", Pods: pods, Results: results}).Desired)
-		changed := make(map[scheduler.Key]portrule.ProbeResult, len(results))
-		for k, v := range results {
-			if k.PodUID == pods[0].UID && k.Probe == 1 {
-				v = portrule.ProbeResult{State: portrule.Fail, Reason: "connection refused"}
+		changed := make(scheduler.Results, len(results))
+		for uid, rs := range results {
+			rs = slices.Clone(rs)
+			for i := range rs {
+				if uid == pods[0].UID && rs[i].Key.Probe == 1 {
+					rs[i].Result = portrule.ProbeResult{State: portrule.Fail, Reason: "connection refused"}
+				}
 			}
-			changed[k] = v
+			changed[uid] = rs
 		}
-		for name, r := range map[string]map[scheduler.Key]portrule.ProbeResult{"steady": results, "one-change": changed} {
+		for name, r := range map[string]scheduler.Results{"steady": results, "one-change": changed} {
 			o := Observed{Resource: swh, Node: testNode, Zone: "zone-a", Pods: pods, Slices: written, Results: r}
 			if d := Decide(o); name == "steady" && d.Plan.HasChanges() {
 				b.Fatalf("the steady state plans writes: %+v", d.Plan)

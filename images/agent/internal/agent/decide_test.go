@@ -92,16 +92,16 @@ func dualStack(p *corev1.Pod) {
 
 // results gives the probe of the given index on every pod the state; targets are keyed as
 // Decide keys them, so the test first asks Decide for the targets.
-func results(swh *v1alpha1.ServiceWithHealthchecks, pods []*corev1.Pod, state map[string]map[int]portrule.State) map[scheduler.Key]portrule.ProbeResult {
+func results(swh *v1alpha1.ServiceWithHealthchecks, pods []*corev1.Pod, state map[string]map[int]portrule.State) scheduler.Results {
 	d := Decide(Observed{Resource: swh, Node: testNode, Pods: pods})
-	out := map[scheduler.Key]portrule.ProbeResult{}
+	out := scheduler.Results{}
 	for _, t := range d.Targets {
 		if s, ok := state[t.PodName][t.Key.Probe]; ok {
 			r := portrule.ProbeResult{State: s}
 			if s == portrule.Fail {
 				r.Reason = "connection refused"
 			}
-			out[t.Key] = r
+			out[t.Key.PodUID] = append(out[t.Key.PodUID], scheduler.Result{Key: t.Key, Result: r})
 		}
 	}
 	return out

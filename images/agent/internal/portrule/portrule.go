@@ -219,12 +219,55 @@ type ProbeBinding struct {
 
 // Bind resolves the ports and probes of spec on pod (rules 1 to 3).
 func Bind(spec *v1alpha1.ServiceWithHealthchecksSpec, pod *corev1.Pod) Binding {
+	var bd Binder
+	return bd.Bind(spec, pod)
+}
+
+// Binder binds the pods of one reconcile out of shared buffers: three allocations per pod
+// become three per reconcile (NewBinder). A Binding stays valid after the next Bind: a buffer
+// that runs out is replaced, never grown in place.
+type Binder struct {
+	ports  []PortBinding
+	probes []ProbeBinding
+	arena  []int
+}
+
+// NewBinder returns a Binder with room for n pods of spec.
+func NewBinder(spec *v1alpha1.ServiceWithHealthchecksSpec, n int) *Binder {
+	bd := &Binder{ports: make([]PortBinding, 0, n*len(spec.Ports))}
+	if spec.Healthcheck != nil {
+		probes := len(spec.Healthcheck.Probes)
+		bd.probes = make([]ProbeBinding, 0, n*probes)
+		bd.arena = make([]int, 0, n*arenaSize(spec))
+	}
+	return bd
+}
+
+// arenaSize bounds the index lists of one pod's binding.
+func arenaSize(spec *v1alpha1.ServiceWithHealthchecksSpec) int {
+	probes := len(spec.Healthcheck.Probes)
+	return 3*probes*len(spec.Ports) + probes
+}
+
+// take cuts n zeroed elements off the end of buf, replacing buf by a new one (room for n, or for
+// as many as it had) when it has no room left.
+func take[T any](buf *[]T, n int) []T {
+	if cap(*buf)-len(*buf) < n {
+		*buf = make([]T, 0, max(n, cap(*buf)))
+	}
+	start := len(*buf)
+	*buf = (*buf)[:start+n]
+	return (*buf)[start : start+n : start+n]
+}
+
+// Bind resolves the ports and probes of spec on pod (rules 1 to 3).
+func (bd *Binder) Bind(spec *v1alpha1.ServiceWithHealthchecksSpec, pod *corev1.Pod) Binding {
 	b := Binding{
 		Publishable: Publishable(pod, spec.PublishNotReadyAddresses),
 		Terminating: pod.DeletionTimestamp != nil,
 		PodReady:    PodReady(pod),
 		Address:     PrimaryAddress(pod),
-		Ports:       make([]PortBinding, len(spec.Ports)),
+		Ports:       take(&bd.ports, len(spec.Ports)),
 	}
 	// Rule 1: the resolved target port of every Service port.
 	for i, sp := range spec.Ports {
@@ -238,11 +281,10 @@ func Bind(spec *v1alpha1.ServiceWithHealthchecksSpec, pod *corev1.Pod) Binding {
 	// cannot run: it belongs to the Service ports with the same named target port (which are
 	// unpublished on this pod anyway) or, when there are none, fails the pod as a whole.
 	probes := spec.Healthcheck.Probes
-	b.Probes = make([]ProbeBinding, len(probes))
-	// The index lists share one backing array (a reconcile binds every pod): each probe's list
-	// of ports is cut from it, then the whole-pod list, then each port's own probes and the
-	// probes that check it.
-	arena := make([]int, 0, 3*len(probes)*len(spec.Ports)+len(probes))
+	b.Probes = take(&bd.probes, len(probes))
+	// The index lists share one backing array: each probe's list of ports is cut from it, then
+	// the whole-pod list, then each port's own probes and the probes that check it.
+	arena := take(&bd.arena, arenaSize(spec))[:0]
 	for pi, p := range probes {
 		t := p.TargetPort()
 		n, ok := ResolvePort(pod, t, corev1.ProtocolTCP)

@@ -357,3 +357,25 @@ func TestAppendEvaluateKeepsThePodsBeforeAndMatchesEvaluate(t *testing.T) {
 	assert.False(t, buf[1].Serving, "smtp fails on the first pod")
 	assert.True(t, buf[3].Serving, "smtp serves on the second pod, whose Ready condition is not consulted")
 }
+
+// A Binder hands out windows of shared buffers: a binding made before the buffers run out is
+// left alone by the bindings after it, and each is the binding Bind makes alone.
+func TestABindersBindingsStayWhatBindGives(t *testing.T) {
+	spec := &v1alpha1.ServiceWithHealthchecksSpec{
+		Ports: webSMTP(),
+		Healthcheck: &v1alpha1.Healthcheck{Probes: []v1alpha1.Probe{
+			tcpProbe(intstr.FromInt32(2525)), httpProbe(intstr.FromString("health")), tcpProbe(intstr.FromString("missing")),
+		}},
+	}
+	withoutWeb := func(p *corev1.Pod) { p.Spec.Containers[0].Ports = p.Spec.Containers[0].Ports[1:] }
+	pods := []*corev1.Pod{newPod(), newPod(withoutWeb), newPod(notReady), newPod(withoutWeb, terminating)}
+	bd := NewBinder(spec, 1) // room for one pod: the next three replace the buffers
+	var got []Binding
+	for _, p := range pods {
+		got = append(got, bd.Bind(spec, p))
+	}
+	for i, p := range pods {
+		assert.Equal(t, Bind(spec, p), got[i], "pod %d", i)
+	}
+	assert.NotEqual(t, got[0].Ports, got[1].Ports, "the pods differ in the web port")
+}

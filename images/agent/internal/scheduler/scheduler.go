@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -180,6 +181,8 @@ type Scheduler struct {
 
 	// Scratch space of nextLocked.
 	cands []candidate
+	// setMark stamps the entries unchangedLocked has seen in one call.
+	setMark uint64
 }
 
 // nsState is a namespace with targets or runs in flight.
@@ -193,6 +196,8 @@ type resState struct {
 	name    types.NamespacedName
 	ns      *nsState
 	entries map[Key]*entry
+	// byPod holds the same entries by pod: Results hands them out that way.
+	byPod   map[types.UID][]*entry
 	running int
 	// queue holds the resource's due runs waiting for a worker, by due time.
 	queue entryHeap
@@ -242,6 +247,7 @@ type entry struct {
 	index  int // in the heap it is queued in; -1 when not queued
 	cancel context.CancelFunc
 	gone   bool
+	mark   uint64 // Scheduler.setMark of the last unchangedLocked that saw it
 
 	run    int  // consecutive runs with the same raw outcome
 	last   bool // that raw outcome
@@ -302,6 +308,9 @@ func (s *Scheduler) Set(resource types.NamespacedName, ts []Target) {
 	now := s.opts.Clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.unchangedLocked(resource, ts) {
+		return
+	}
 	want := make(map[Key]Target, len(ts))
 	for _, t := range ts {
 		want[t.Key] = t
@@ -326,6 +335,7 @@ func (s *Scheduler) Set(resource types.NamespacedName, ts []Target) {
 		e.due = e.due.Add(s.spread(t.Period))
 		s.targets[k] = e
 		r.entries[k] = e
+		r.byPod[k.PodUID] = append(r.byPod[k.PodUID], e)
 		if r.ns.targets++; r.ns.targets == 1 {
 			s.withTargets++
 		}
@@ -333,6 +343,29 @@ func (s *Scheduler) Set(resource types.NamespacedName, ts []Target) {
 	}
 	s.opts.Metrics.Targets.Set(float64(len(s.targets)))
 	s.poke()
+}
+
+// unchangedLocked tells whether ts are exactly the targets the resource has (a reconcile that
+// changes no pod and no probe, the common case, sets the same targets again): then Set has
+// nothing to do, and finds it out without building a set of the keys.
+func (s *Scheduler) unchangedLocked(resource types.NamespacedName, ts []Target) bool {
+	r := s.resources[resource]
+	if r == nil || len(r.entries) > len(ts) {
+		return false
+	}
+	s.setMark++
+	distinct := 0
+	for i := range ts {
+		e := r.entries[ts[i].Key]
+		if e == nil {
+			return false
+		}
+		if e.mark != s.setMark {
+			e.mark = s.setMark
+			distinct++
+		}
+	}
+	return distinct == len(r.entries)
 }
 
 // resourceLocked returns the state of a resource, making it (and its namespace's) if needed.
@@ -346,7 +379,7 @@ func (s *Scheduler) resourceLocked(name types.NamespacedName) *resState {
 		ns = &nsState{}
 		s.namespaces[name.Namespace] = ns
 	}
-	r = &resState{name: name, ns: ns, entries: map[Key]*entry{}, waitIndex: -1}
+	r = &resState{name: name, ns: ns, entries: map[Key]*entry{}, byPod: map[types.UID][]*entry{}, waitIndex: -1}
 	s.resources[name] = r
 	return r
 }
@@ -413,6 +446,11 @@ func (s *Scheduler) removeLocked(k Key, e *entry) {
 	delete(s.targets, k)
 	r := e.res
 	delete(r.entries, k)
+	if rest := slices.DeleteFunc(r.byPod[k.PodUID], func(x *entry) bool { return x == e }); len(rest) > 0 {
+		r.byPod[k.PodUID] = rest
+	} else {
+		delete(r.byPod, k.PodUID)
+	}
 	if r.ns.targets--; r.ns.targets == 0 {
 		s.withTargets--
 	}
@@ -422,18 +460,43 @@ func (s *Scheduler) removeLocked(k Key, e *entry) {
 	s.dropLocked(r)
 }
 
-// Results returns the current thresholded results of every target of a resource, by key (a
-// copy: the reconcile decides from it). A target without a decisive result is Unknown.
-func (s *Scheduler) Results(resource types.NamespacedName) map[Key]portrule.ProbeResult {
+// Results are the thresholded results of one resource's targets, by pod: a reconcile finds the
+// few results of a pod with one lookup of its uid instead of hashing every target's whole key.
+type Results map[types.UID][]Result
+
+// Result is the thresholded result of one target.
+type Result struct {
+	Key    Key
+	Result portrule.ProbeResult
+}
+
+// Of is the result of target k, and whether the scheduler has that target.
+func (rs Results) Of(k Key) (portrule.ProbeResult, bool) {
+	for _, r := range rs[k.PodUID] {
+		if r.Key == k {
+			return r.Result, true
+		}
+	}
+	return portrule.ProbeResult{}, false
+}
+
+// Results returns the current thresholded results of every target of a resource (a copy: the
+// reconcile decides from it). A target without a decisive result is Unknown.
+func (s *Scheduler) Results(resource types.NamespacedName) Results {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.resources[resource]
 	if r == nil {
-		return map[Key]portrule.ProbeResult{}
+		return Results{}
 	}
-	out := make(map[Key]portrule.ProbeResult, len(r.entries))
-	for k, e := range r.entries {
-		out[k] = e.result
+	out := make(Results, len(r.byPod))
+	all := make([]Result, 0, len(r.entries))
+	for uid, es := range r.byPod {
+		start := len(all)
+		for _, e := range es {
+			all = append(all, Result{Key: e.t.Key, Result: e.result})
+		}
+		out[uid] = all[start:len(all):len(all)]
 	}
 	return out
 }

@@ -108,13 +108,13 @@ func TestResultsAreEmittedOnlyOnChange(t *testing.T) {
 	assert.Len(t, changes, 1, "ten passes make one change")
 	assert.Equal(t, portrule.Pass, changes[0].Result.State)
 	mu.Unlock()
-	assert.Equal(t, map[Key]portrule.ProbeResult{tg.Key: {State: portrule.Pass}}, s.Results(res))
+	assert.Equal(t, Results{tg.Key.PodUID: {{Key: tg.Key, Result: portrule.ProbeResult{State: portrule.Pass}}}}, s.Results(res))
 	assert.GreaterOrEqual(t, testutil.ToFloat64(m.ProbeResults.WithLabelValues("TCP", metrics.OutcomeSuccess)), 10.0)
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.Targets))
 
 	// Declaring the same target again keeps its state.
 	s.Set(res, []Target{tg})
-	assert.Equal(t, map[Key]portrule.ProbeResult{tg.Key: {State: portrule.Pass}}, s.Results(res))
+	assert.Equal(t, Results{tg.Key.PodUID: {{Key: tg.Key, Result: portrule.ProbeResult{State: portrule.Pass}}}}, s.Results(res))
 }
 
 func TestTheProbeDigestFollowsTheProbesContent(t *testing.T) {
@@ -285,4 +285,31 @@ func TestRemovedTargetsLeaveNothingBehind(t *testing.T) {
 	cancel()
 	<-done
 	goleak.VerifyNone(t, goroutinesBefore)
+}
+
+// Set compares the declared targets with the resource's own before it changes anything (the
+// common reconcile declares the same ones again); a declaration that repeats one target and
+// leaves another out still removes that one, and the results stay by pod.
+func TestSetWithTheSameTargetsKeepsThemAndARepeatedOneDoesNotHideARemovedOne(t *testing.T) {
+	m := metrics.New(nil)
+	s := New(Options{Metrics: m, Runner: RunnerFunc(func(context.Context, Target) Outcome { return Outcome{Pass: true} })})
+	a, b, c := target("p1", 0, time.Hour, 1, 3), target("p1", 1, time.Hour, 1, 3), target("p2", 0, time.Hour, 1, 3)
+	s.Set(res, []Target{a, b, c})
+	s.Set(res, []Target{c, b, a})
+	assert.Equal(t, 3, s.Len())
+	got := s.Results(res)
+	assert.Len(t, got, 2, "two pods")
+	assert.Len(t, got["p1"], 2, "two targets of pod p1")
+	_, ok := got.Of(b.Key)
+	assert.True(t, ok)
+
+	s.Set(res, []Target{a, a, c})
+	assert.Equal(t, 2, s.Len(), "b is gone though the declaration has three entries")
+	assert.Equal(t, 2.0, testutil.ToFloat64(m.Targets))
+	got = s.Results(res)
+	_, ok = got.Of(b.Key)
+	assert.False(t, ok)
+	assert.Len(t, got["p1"], 1)
+	_, ok = got.Of(a.Key)
+	assert.True(t, ok)
 }

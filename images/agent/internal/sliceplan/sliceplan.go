@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"reflect"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -70,32 +71,45 @@ type groupKey struct {
 // endpoint on the node has no slice: a slice is not created while all its endpoints are
 // undecided and were never published.
 func Compute(in Input) []Desired {
-	carried := map[carryKey]discoveryv1.EndpointConditions{}
 	primaries := map[string]int32{} // "<port>/<family>" -> number of the unsuffixed slice
 	for _, s := range in.Existing {
 		port, _ := slicemeta.PortOf(s)
-		for _, e := range s.Endpoints {
-			if e.TargetRef == nil || len(e.Addresses) == 0 {
-				continue
-			}
-			carried[carryKey{port, e.TargetRef.UID, e.Addresses[0]}] = e.Conditions
-		}
 		// The unsuffixed slice, also under the name IPv6 slices had before (an upgraded agent
 		// keeps the primary number while it renames them).
 		if k := (slicemeta.SliceKey{Resource: in.Resource.Name, Port: port, Node: in.Node, AddressType: s.AddressType}); len(s.Ports) == 1 && s.Ports[0].Port != nil && (s.Name == k.Name() || s.Name == k.LegacyName()) {
 			primaries[port+"/"+string(s.AddressType)] = *s.Ports[0].Port
 		}
 	}
+	// The conditions the existing slices carry, indexed only when an undecided endpoint asks
+	// for them: in steady state every verdict is decided and a 1,000-endpoint slice is not
+	// indexed per reconcile.
+	var carried map[carryKey]discoveryv1.EndpointConditions
+	carriedOf := func(k carryKey) (discoveryv1.EndpointConditions, bool) {
+		if carried == nil {
+			carried = carriedConditions(in.Existing)
+		}
+		c, ok := carried[k]
+		return c, ok
+	}
 	families := Families(in.Resource)
 
-	groups := map[groupKey][]discoveryv1.Endpoint{}
+	// The candidates first, then the groups with room for all of them: an append per endpoint
+	// into growing groups copied a 1,000-endpoint slice's endpoints several times.
+	type candidate struct {
+		gk                          groupKey
+		pod                         int
+		ip                          int
+		ready, serving, terminating bool
+	}
+	cands := make([]candidate, 0, len(in.Pods)*max(1, len(in.Resource.Spec.Ports)))
 	// users counts every endpoint that uses a number, also one left out while undecided, so
 	// the primary number does not depend on which pods' probes decide first.
 	users := map[groupKey]int{}
 	shared := newSharedParts(in)
-	for _, p := range in.Pods {
+	parts := make([]podParts, len(in.Pods))
+	for pi, p := range in.Pods {
 		ips := podIPs(p.Pod)
-		pod := shared.pod(p.Pod, ips)
+		parts[pi] = shared.pod(pi, p.Pod, ips)
 		for _, ep := range p.Endpoints {
 			if !ep.Published || ep.PortIndex >= len(in.Resource.Spec.Ports) {
 				continue
@@ -110,7 +124,7 @@ func Compute(in Input) []Desired {
 				users[gk]++
 				ready, serving, terminating := ep.Ready, ep.Serving, ep.Terminating
 				if !ep.Decided {
-					c, published := carried[carryKey{portName, p.Pod.UID, ip}]
+					c, published := carriedOf(carryKey{portName, p.Pod.UID, ip})
 					if !published && !ep.PublishNotReady {
 						// Never published and not decided yet: left out until its probes
 						// decide. Published ready=false it would hide the same address's
@@ -124,9 +138,23 @@ func Compute(in Input) []Desired {
 					}
 					ready, serving, terminating = portrule.Conditions(serving, ep.Terminating, ep.PublishNotReady)
 				}
-				groups[gk] = append(groups[gk], shared.endpoint(pod, i, ready, serving, terminating))
+				cands = append(cands, candidate{gk: gk, pod: pi, ip: i, ready: ready, serving: serving, terminating: terminating})
 			}
 		}
+	}
+	// Each slice lists its endpoints by address (pods that share one, host-network pods, in
+	// the order of in.Pods): the candidates are sorted once, not each slice's endpoints, which
+	// are more than twice their size to move.
+	slices.SortStableFunc(cands, func(a, b candidate) int {
+		return strings.Compare(parts[a.pod].addresses[a.ip][0], parts[b.pod].addresses[b.ip][0])
+	})
+	groups := make(map[groupKey][]discoveryv1.Endpoint, len(users))
+	for _, c := range cands {
+		g, ok := groups[c.gk]
+		if !ok {
+			g = make([]discoveryv1.Endpoint, 0, users[c.gk])
+		}
+		groups[c.gk] = append(g, shared.endpoint(parts[c.pod], c.ip, c.ready, c.serving, c.terminating))
 	}
 
 	// Choose the primary (unsuffixed) number of each (port, family): the one already published
@@ -169,7 +197,6 @@ func Compute(in Input) []Desired {
 		if primary[pf{gk.port, gk.family}] != gk.number {
 			key.SplitPort = gk.number
 		}
-		slices.SortFunc(eps, func(a, b discoveryv1.Endpoint) int { return cmp.Compare(a.Addresses[0], b.Addresses[0]) })
 		out = append(out, Desired{Key: key, Slice: newSlice(in, key, gk.family, sp, gk.number, eps)})
 	}
 	slices.SortFunc(out, func(a, b Desired) int { return cmp.Compare(a.Slice.Name, b.Slice.Name) })
@@ -251,6 +278,26 @@ func portOf(swh *v1alpha1.ServiceWithHealthchecks, index int) v1alpha1.ServicePo
 	return swh.Spec.Ports[index]
 }
 
+// carriedConditions indexes the conditions of the existing slices' endpoints by port, pod and
+// address.
+func carriedConditions(existing []*discoveryv1.EndpointSlice) map[carryKey]discoveryv1.EndpointConditions {
+	n := 0
+	for _, s := range existing {
+		n += len(s.Endpoints)
+	}
+	carried := make(map[carryKey]discoveryv1.EndpointConditions, n)
+	for _, s := range existing {
+		port, _ := slicemeta.PortOf(s)
+		for _, e := range s.Endpoints {
+			if e.TargetRef == nil || len(e.Addresses) == 0 {
+				continue
+			}
+			carried[carryKey{port, e.TargetRef.UID, e.Addresses[0]}] = e.Conditions
+		}
+	}
+	return carried
+}
+
 // sharedParts are the parts of the endpoints of one Compute that point to the same values: the
 // node name, the zone and the conditions (eight combinations) for every endpoint, a pod's
 // reference, hostname and addresses for all its endpoints (ports and families). The endpoints are
@@ -260,10 +307,12 @@ type sharedParts struct {
 	node, zone *string
 	conditions [8]discoveryv1.EndpointConditions
 	resource   string
+	// refs are the pods' references, by index in Input.Pods: one allocation for all of them.
+	refs []corev1.ObjectReference
 }
 
 func newSharedParts(in Input) *sharedParts {
-	sp := &sharedParts{node: &in.Node, resource: in.Resource.Name}
+	sp := &sharedParts{node: &in.Node, resource: in.Resource.Name, refs: make([]corev1.ObjectReference, len(in.Pods))}
 	if in.Zone != "" {
 		sp.zone = &in.Zone
 	}
@@ -281,8 +330,10 @@ type podParts struct {
 	addresses [][]string
 }
 
-func (sp *sharedParts) pod(pod *corev1.Pod, ips []string) podParts {
-	pp := podParts{ref: &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}}
+// pod are the shared parts of the endpoints of pod, the i-th of Input.Pods.
+func (sp *sharedParts) pod(i int, pod *corev1.Pod, ips []string) podParts {
+	sp.refs[i] = corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
+	pp := podParts{ref: &sp.refs[i]}
 	// Headless DNS records per pod, as the built-in controller does.
 	if pod.Spec.Hostname != "" && pod.Spec.Subdomain == sp.resource {
 		pp.hostname = &pod.Spec.Hostname
