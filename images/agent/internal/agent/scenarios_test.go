@@ -489,11 +489,13 @@ func TestTargetsFollowPodsAndResources(t *testing.T) {
 		httpProbe(intstr.FromInt32(8080), 1, 3), tcpProbe(intstr.FromString("health"), 1, 3))
 	a := startAgent(t, c, "node-a", withRunner(&switchRunner{fail: map[string]bool{}}))
 	eventuallySlices(t, c, ns, "web", map[string]map[string]string{"web-http-node-a": {ip(p0): "TTF", ip(p1): "TTF"}})
-	assert.Equal(t, 4, a.Scheduler.Len(), "two pods, two probes")
+	// The targets are declared to the scheduler after the slice write (development/AGENT.md):
+	// the slice can be seen a moment before.
+	require.Eventually(t, func() bool { return a.Scheduler.Len() == 4 }, time.Minute, 10*time.Millisecond, "two pods, two probes")
 
 	p1.Delete(t)
 	eventuallySlices(t, c, ns, "web", map[string]map[string]string{"web-http-node-a": {ip(p0): "TTF"}})
-	assert.Equal(t, 2, a.Scheduler.Len())
+	require.Eventually(t, func() bool { return a.Scheduler.Len() == 2 }, time.Minute, 10*time.Millisecond, "the deleted pod's two targets go")
 
 	require.NoError(t, c.Env.Client.Delete(t.Context(), swh))
 	require.Eventually(t, func() bool { return a.Scheduler.Len() == 0 }, time.Minute, 50*time.Millisecond)
