@@ -218,7 +218,7 @@ func (a *agentsView) status() *status.Agents {
 		return nil
 	}
 	j := a.board.Current()
-	return &status.Agents{Known: j.Known, Stale: j.Stale, Guarded: j.Guarded, LeaseNamespace: a.namespace}
+	return &status.Agents{Known: j.Known, Stale: j.Stale, Guarded: j.Guarded, LookStale: j.LookStale, LeaseNamespace: a.namespace}
 }
 
 // setup registers the reconciler and its watches with mgr; agents is nil when the agents'

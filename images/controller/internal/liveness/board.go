@@ -17,6 +17,9 @@ type Judgement struct {
 	Stale []string
 	// Guarded is true while more than half of the known agents look stale: nothing is withdrawn.
 	Guarded bool
+	// LookStale is, while the guard holds, how many agents look stale at once (the verdict's
+	// late ones, which the guard counts); zero otherwise.
+	LookStale int
 }
 
 // Board holds the latest judgement of the liveness runner for the status writer (DESIGN §6:
@@ -35,21 +38,26 @@ func NewBoard() *Board { return &Board{} }
 func (b *Board) Current() Judgement {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return Judgement{Known: b.cur.Known, Stale: slices.Clone(b.cur.Stale), Guarded: b.cur.Guarded}
+	cur := b.cur
+	cur.Stale = slices.Clone(cur.Stale)
+	return cur
 }
 
 // Publish records the verdict and returns the nodes whose resources must show it anew: the
 // nodes that turned stale or fresh, and every stale node (before and after) when the guard
-// turned on or off or, while it holds, the number of known agents changed (its message counts
-// them). Nothing is returned when nothing a status shows changed.
+// turned on or off or, while it holds, the number of known agents or of those that look stale
+// changed (its message counts them). Nothing is returned when nothing a status shows changed.
 func (b *Board) Publish(v Verdict) []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	prev := b.cur
 	next := Judgement{Known: v.Known, Stale: slices.Clone(v.Stale), Guarded: v.Guarded}
+	if v.Guarded {
+		next.LookStale = len(v.Late)
+	}
 	slices.Sort(next.Stale)
 	b.cur = next
-	everyStale := prev.Guarded != next.Guarded || (next.Guarded && prev.Known != next.Known)
+	everyStale := prev.Guarded != next.Guarded || (next.Guarded && (prev.Known != next.Known || prev.LookStale != next.LookStale))
 	var out []string
 	for _, n := range prev.Stale {
 		if everyStale || !slices.Contains(next.Stale, n) {

@@ -36,6 +36,12 @@ func TestBoardPublish(t *testing.T) {
 		"while the guard holds, a new agent changes the count every message shows": {
 			before: &Verdict{Known: 3, Stale: []string{"a", "b"}, Guarded: true}, next: Verdict{Known: 4, Stale: []string{"a", "b", "c"}, Guarded: true}, changed: []string{"a", "b", "c"},
 		},
+		"while the guard holds, another agent looking stale changes the count every message shows": {
+			before: &Verdict{Known: 3, Stale: []string{"a"}, Late: []string{"a", "b"}, Guarded: true}, next: Verdict{Known: 3, Stale: []string{"a"}, Late: []string{"a", "b", "c"}, Guarded: true}, changed: []string{"a"},
+		},
+		"without the guard, a late agent changes nothing shown": {
+			before: &Verdict{Known: 4, Stale: []string{"a"}, Late: []string{"a"}}, next: Verdict{Known: 4, Stale: []string{"a"}, Late: []string{"a", "b"}},
+		},
 		"without the guard, a new agent changes nothing shown": {
 			before: &Verdict{Known: 3, Stale: []string{"a"}}, next: Verdict{Known: 4, Stale: []string{"a"}},
 		},
@@ -48,7 +54,11 @@ func TestBoardPublish(t *testing.T) {
 			}
 			assert.Equal(t, tc.changed, b.Publish(tc.next))
 			got := b.Current()
-			assert.Equal(t, Judgement{Known: tc.next.Known, Stale: tc.next.Stale, Guarded: tc.next.Guarded}, got)
+			want := Judgement{Known: tc.next.Known, Stale: tc.next.Stale, Guarded: tc.next.Guarded}
+			if tc.next.Guarded {
+				want.LookStale = len(tc.next.Late)
+			}
+			assert.Equal(t, want, got)
 		})
 	}
 }

@@ -109,8 +109,19 @@ type Verdict struct {
 	Known int
 	// Stale are the nodes whose agent is stale, sorted.
 	Stale []string
-	// Guarded is true when more than half of the known agents look stale at once: then the
-	// blame is more likely the controller's or the API server's, and nothing may be withdrawn.
+	// Late are the nodes whose agent has been silent for more than half the grace, the stale
+	// ones among them, sorted: the agents that stopped at about the same time as the stale
+	// ones. Agents that stop together do not go stale in the same instant: their last
+	// renewals are up to a renewal interval (at most a quarter of the grace) and one
+	// observation apart. A live agent is never late: it renews every quarter of the grace at
+	// most (DESIGN §5, the chart derives the interval), seen within one observation (an
+	// eighth of the grace, at least 0.5 s, with the grace at least 4 s).
+	Late []string
+	// Guarded is true when some agent is stale and more than half of the known agents look
+	// stale at once (are late): then the blame is more likely the controller's or the API
+	// server's, and nothing may be withdrawn. Counting the late ones, not only the stale ones,
+	// keeps the first agents of a fleet that stopped together from being withdrawn before the
+	// rest of it goes stale.
 	Guarded bool
 	// Reason says, for humans, why the guard holds ("" when it does not).
 	Reason string
@@ -136,6 +147,9 @@ func (t *Tracker) Judge() Verdict {
 	v := Verdict{Known: len(t.nodes)}
 	for node, e := range t.nodes {
 		silent := now.Sub(e.lastChange)
+		if silent > t.grace/2 {
+			v.Late = append(v.Late, node)
+		}
 		if silent > t.grace {
 			v.Stale = append(v.Stale, node)
 			continue
@@ -146,9 +160,10 @@ func (t *Tracker) Judge() Verdict {
 		}
 	}
 	sort.Strings(v.Stale)
-	if 2*len(v.Stale) > v.Known {
+	sort.Strings(v.Late)
+	if len(v.Stale) > 0 && 2*len(v.Late) > v.Known {
 		v.Guarded = true
-		v.Reason = fmt.Sprintf("%d of %d agents look stale at once (more than half): suspecting the API server or the controller rather than the agents, nothing is withdrawn", len(v.Stale), v.Known)
+		v.Reason = fmt.Sprintf("%d of %d agents look stale at once (more than half): suspecting the API server or the controller rather than the agents, nothing is withdrawn", len(v.Late), v.Known)
 	}
 	return v
 }

@@ -68,6 +68,11 @@ func TestAgentsStale(t *testing.T) {
 			contains:   []string{"2 of 3 agents look stale at once", "withdraws nothing", "on node b stay", "API server", "connectivity", "swh-agent-<node> in namespace d8-swh"},
 			notContain: []string{"node c", "nodes"},
 		},
+		"the guard counts the agents that look stale, not only those past the grace": {
+			agents: &Agents{Known: 4, Stale: []string{"b"}, LookStale: 3, Guarded: true}, slices: []discoveryv1.EndpointSlice{sliceOn("b")},
+			status: metav1.ConditionTrue, reason: ReasonWithdrawalHeld,
+			contains: []string{"3 of 4 agents look stale at once", "on node b stay"},
+		},
 		"many nodes are named up to a bound": {
 			agents: &Agents{Known: 9, Stale: many, Guarded: true}, slices: manySlices,
 			status: metav1.ConditionTrue, reason: ReasonWithdrawalHeld,

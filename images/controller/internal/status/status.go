@@ -59,6 +59,9 @@ type Agents struct {
 	Stale []string
 	// Guarded is true while the liveness guard holds: nothing is withdrawn.
 	Guarded bool
+	// LookStale is, while the guard holds, how many agents look stale at once (the stale ones
+	// and those silent long enough to have stopped with them); the stale ones when smaller.
+	LookStale int
 	// LeaseNamespace is where the agents renew their Leases (named in messages).
 	LeaseNamespace string
 }
@@ -437,7 +440,7 @@ func agentsStale(a *Agents, slices []discoveryv1.EndpointSlice) metav1.Condition
 				"the endpoints of this resource on %s stay as their agents last published them and may be out of date. "+
 				"So many at once usually means the controller does not see the agents' Lease renewals rather than that they died: "+
 				"check the API server (health, load), the controller's connectivity to it and its logs, and %s",
-			len(a.Stale), a.Known, nodeList(nodes), leases)}
+			max(a.LookStale, len(a.Stale)), a.Known, nodeList(nodes), leases)}
 	}
 	who := "the agent of " + nodeList(nodes) + " has not renewed its Lease"
 	if len(nodes) > 1 {

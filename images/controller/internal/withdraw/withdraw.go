@@ -166,7 +166,7 @@ func (w *Withdrawer) Run(ctx context.Context) (liveness.Verdict, error) {
 		}
 	}
 	if v.Guarded {
-		w.Log.Info("liveness guard holds, withdrawing nothing", "reason", v.Reason, "stale", v.Stale)
+		w.Log.Info("liveness guard holds, withdrawing nothing", "reason", v.Reason, "stale", v.Stale, "late", v.Late)
 		return v, nil
 	}
 	nodes := v.Withdraw()
