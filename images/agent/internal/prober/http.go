@@ -136,14 +136,20 @@ func (p *Prober) probeHTTP(ctx context.Context, h *v1alpha1.HTTPProbe, addr neti
 		conn.unbound()
 		rw = tc
 	}
-	if err := req.Write(rw); err != nil {
+	if err := writeRequest(req, rw); err != nil {
 		return failure("sending request: " + netReason(ctx, err, timeout)), nil
 	}
 	// The status line and headers are read through a bound of their own: http.ReadResponse
 	// reads them without any limit (an endless header line would take the agent's memory).
 	// The bufio.Reader sits above the bound, so what it reads ahead counts too.
 	head := &limitedReader{r: rw, n: maxResponseHeaderBytes, err: errResponseHeaderLimit}
-	resp, err := http.ReadResponse(bufio.NewReaderSize(head, 4<<10), req)
+	br := probeReaders.Get().(*bufio.Reader)
+	br.Reset(head)
+	defer func() {
+		br.Reset(nil)
+		probeReaders.Put(br)
+	}()
+	resp, err := http.ReadResponse(br, req)
 	if err != nil {
 		if head.failed != nil {
 			// The read error that cut the response short is the reason, not the partial line
@@ -168,6 +174,31 @@ func (p *Prober) probeHTTP(ctx context.Context, h *v1alpha1.HTTPProbe, addr neti
 		return success(reason), nil
 	}
 	return failure(reason), nil
+}
+
+// The buffers of HTTP probes, reused from probe to probe: allocated for each one, the reader's
+// and the writer's 4 KiB were more than half of an HTTP probe's garbage, which at thousands of
+// probes a second sets the pace of the agent's garbage collector (development/BENCHMARKS.md,
+// "HTTP probe buffers"). A buffer returns to its pool reset: nothing of one pod's answer can
+// be read by the next probe.
+var (
+	probeReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4<<10) }}
+	probeWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10) }}
+)
+
+// writeRequest writes req to w through a pooled buffer: Request.Write buffers only a writer
+// that is not one already, so handing it a bufio.Writer spares it its own.
+func writeRequest(req *http.Request, w io.Writer) error {
+	bw := probeWriters.Get().(*bufio.Writer)
+	bw.Reset(w)
+	defer func() {
+		bw.Reset(nil)
+		probeWriters.Put(bw)
+	}()
+	if err := req.Write(bw); err != nil {
+		return err
+	}
+	return bw.Flush()
 }
 
 // The bounds of an HTTP probe, as failure reasons.

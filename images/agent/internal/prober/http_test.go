@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -414,4 +415,64 @@ func TestCancellingTheCallersContextEndsTheProbeAtOnce(t *testing.T) {
 	// (60 s) would say "timeout after 1m0s".
 	res := <-results
 	require.Equal(t, prober.Result{Outcome: prober.Failure, Reason: "reading response: probe cancelled"}, res)
+}
+
+// The HTTP prober reuses its read and write buffers from probe to probe. A pod that answers
+// with more than one response (here a failing one, then a passing one the reader takes in with
+// it) must not answer the next pod's probe: probed in turn with a pod that reads the request and
+// hangs up, each keeps its own verdict, and the second pod receives exactly one request, no
+// bytes of the first probe's.
+func TestHTTPReusedBuffersCarryNothingFromOneProbeToTheNext(t *testing.T) {
+	const twoAnswers = "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n" +
+		"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+	chatty, err := startHostile(func(c *countingConn) error {
+		readHTTPRequest(c)
+		if _, err := c.Write([]byte(twoAnswers)); err != nil {
+			return err
+		}
+		readOnce(c) // until the prober hangs up
+		return nil
+	})
+	require.NoError(t, err)
+	defer chatty.close()
+	var (
+		mu       sync.Mutex
+		requests []string
+	)
+	silent, err := startHostile(func(c *countingConn) error {
+		var got []byte
+		buf := make([]byte, 4096)
+		for !strings.Contains(string(got), "\r\n\r\n") && len(got) < 64<<10 {
+			n, err := c.Read(buf)
+			got = append(got, buf[:n]...)
+			if err != nil {
+				break
+			}
+		}
+		mu.Lock()
+		requests = append(requests, string(got))
+		mu.Unlock()
+		return nil // hangs up without answering
+	})
+	require.NoError(t, err)
+	defer silent.close()
+
+	p := newProber(prober.Options{})
+	const rounds = 20
+	for range rounds {
+		res, err := p.Probe(t.Context(), httpProbe(v1alpha1.HTTPProbe{}), "ns", "127.0.0.1", chatty.port())
+		require.NoError(t, err)
+		require.Equal(t, prober.Result{Outcome: prober.Failure, Reason: "HTTP 500"}, res, "the first answer decides")
+		res, err = p.Probe(t.Context(), httpProbe(v1alpha1.HTTPProbe{}), "ns", "127.0.0.1", silent.port())
+		require.NoError(t, err)
+		require.Equal(t, prober.Result{Outcome: prober.Failure, Reason: "connection closed before a response"}, res,
+			"the other pod's second answer stays with its probe")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, requests, rounds)
+	for _, r := range requests {
+		assert.True(t, strings.HasPrefix(r, "GET / HTTP/1.1\r\n"), "a request as sent, nothing before it: %q", r)
+		assert.Equal(t, 1, strings.Count(r, "HTTP/1.1\r\n"), "one request per connection: %q", r)
+	}
 }
