@@ -213,17 +213,19 @@ func stream(c *countingConn, chunk []byte) error {
 	return nil
 }
 
-// readHTTPRequest reads up to the end of the request's head (the probe sends no body).
-func readHTTPRequest(c net.Conn) {
+// readHTTPRequest reads up to the end of the request's head (the probe sends no body) and
+// returns what it read.
+func readHTTPRequest(c net.Conn) []byte {
 	var got []byte
 	buf := make([]byte, 4096)
 	for !bytes.Contains(got, []byte("\r\n\r\n")) && len(got) < 64<<10 {
 		n, err := c.Read(buf)
 		got = append(got, buf[:n]...)
 		if err != nil {
-			return
+			break
 		}
 	}
+	return got
 }
 
 // readPGStartup reads the startup message (its length, then the rest).

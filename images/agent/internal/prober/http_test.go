@@ -440,15 +440,7 @@ func TestHTTPReusedBuffersCarryNothingFromOneProbeToTheNext(t *testing.T) {
 		requests []string
 	)
 	silent, err := startHostile(func(c *countingConn) error {
-		var got []byte
-		buf := make([]byte, 4096)
-		for !strings.Contains(string(got), "\r\n\r\n") && len(got) < 64<<10 {
-			n, err := c.Read(buf)
-			got = append(got, buf[:n]...)
-			if err != nil {
-				break
-			}
-		}
+		got := readHTTPRequest(c)
 		mu.Lock()
 		requests = append(requests, string(got))
 		mu.Unlock()
