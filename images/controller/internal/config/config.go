@@ -31,6 +31,12 @@ const (
 	MaxMaxConcurrentReconciles     = 64
 )
 
+// MinAgentLostGrace is the shortest --agent-lost-grace accepted, the module setting's minimum
+// (hooks/settings). The liveness guard counts an agent silent for more than half the grace as
+// late; a live agent renews every quarter of the grace and is observed within an eighth of it,
+// but at least every 0.5 s, so below about 2 s a live agent could look late. 4 s keeps a margin.
+const MinAgentLostGrace = 4 * time.Second
+
 // Config is the controller's configuration.
 type Config struct {
 	// Common are the flags the controller shares with the agent: kubeconfig, API rate limits,
@@ -73,7 +79,7 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Config, er
 	p.Flags.StringVar(&c.AgentLeaseNamespace, "agent-lease-namespace", DefaultNamespace,
 		"The `namespace` where every agent renews a Lease for its node.")
 	p.Flags.DurationVar(&c.AgentLostGrace, "agent-lost-grace", 40*time.Second,
-		"How long an agent's Lease may go unrenewed, as seen by this controller's own clock, before the endpoints of its node are withdrawn.")
+		"How long an agent's Lease may go unrenewed, as seen by this controller's own clock, before the endpoints of its node are withdrawn; at least 4s.")
 	p.Flags.IntVar(&c.MaxConcurrentReconciles, "max-concurrent-reconciles", DefaultMaxConcurrentReconciles,
 		"How many resources are reconciled at once (1 to 64). More help only when the API server's latency, not --kube-api-qps, bounds how fast many new resources settle.")
 	if err := p.Parse(args, out); err != nil {
@@ -95,8 +101,8 @@ func (c *Config) check() error {
 	if c.AgentLeaseNamespace == "" {
 		return cmdline.Usagef("--agent-lease-namespace: must not be empty")
 	}
-	if c.AgentLostGrace <= 0 {
-		return cmdline.Usagef("--agent-lost-grace %s: must be positive", c.AgentLostGrace)
+	if c.AgentLostGrace < MinAgentLostGrace {
+		return cmdline.Usagef("--agent-lost-grace %s: must be at least %s (agents renew every quarter of it, and one silent for half of it counts as late)", c.AgentLostGrace, MinAgentLostGrace)
 	}
 	if c.MaxConcurrentReconciles < 1 || c.MaxConcurrentReconciles > MaxMaxConcurrentReconciles {
 		return cmdline.Usagef("--max-concurrent-reconciles %d: must be between 1 and %d", c.MaxConcurrentReconciles, MaxMaxConcurrentReconciles)

@@ -72,6 +72,10 @@ func TestParse(t *testing.T) {
 				}, c)
 			},
 		},
+		"the minimum grace is accepted": {
+			args:  []string{"--agent-lost-grace=4s"},
+			check: func(t *testing.T, c Config) { assert.Equal(t, 4*time.Second, c.AgentLostGrace) },
+		},
 		"metrics can be turned off": {
 			args:  []string{"--metrics-bind-address=0"},
 			check: func(t *testing.T, c Config) { assert.Equal(t, "0", c.MetricsBindAddress) },
@@ -86,8 +90,9 @@ func TestParse(t *testing.T) {
 		},
 		"an unknown flag":                          {args: []string{"--nope"}, wantErr: "unknown flag: --nope"},
 		"a bad duration":                           {args: []string{"--agent-lost-grace=soon"}, wantErr: `invalid argument "soon" for "--agent-lost-grace"`},
-		"a zero grace":                             {args: []string{"--agent-lost-grace=0s"}, wantErr: "--agent-lost-grace 0s: must be positive"},
-		"a negative grace":                         {args: []string{"--agent-lost-grace=-1s"}, wantErr: "must be positive"},
+		"a zero grace":                             {args: []string{"--agent-lost-grace=0s"}, wantErr: "--agent-lost-grace 0s: must be at least 4s"},
+		"a negative grace":                         {args: []string{"--agent-lost-grace=-1s"}, wantErr: "must be at least 4s"},
+		"a grace just under the minimum":           {args: []string{"--agent-lost-grace=3999ms"}, wantErr: "--agent-lost-grace 3.999s: must be at least 4s"},
 		"a zero QPS":                               {args: []string{"--kube-api-qps=0"}, wantErr: "--kube-api-qps 0: must be positive"},
 		"a zero burst":                             {args: []string{"--kube-api-burst=0"}, wantErr: "--kube-api-burst 0: must be at least 1"},
 		"metrics on every address":                 {args: []string{"--metrics-bind-address=:8080"}, wantErr: "must be a loopback address"},
