@@ -21,7 +21,9 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -133,10 +135,11 @@ func (b *bench) dumpLogs() {
 
 // sample is one measured flip.
 type sample struct {
-	start   time.Time     // agent: the decisive probe's arrival; built-in: the start of the status update
+	start   time.Time     // agent: the decisive probe's arrival; built-in: the start of the kubelet's writes
 	addr    netip.Addr    // the endpoint
 	latency time.Duration // decisive instant → watch event
-	phase   time.Duration // agent: flip of the server → decisive probe; built-in: the status update's round trip
+	phase   time.Duration // agent: flip of the server → decisive probe; built-in: the status write's round trip (GET and patch)
+	get     time.Duration // built-in, -builtin-write=kubelet: the GET's round trip (the part before the status patch)
 	ready   bool          // the direction: the endpoint became ready
 }
 
@@ -238,7 +241,7 @@ func (b *bench) measure(ctx context.Context, n int) (res sizeResult, err error) 
 	}
 
 	// The built-in side: n Pod objects (no network: nothing dials them) selected by a Service.
-	kcmPods, err := newStatusPods(ctx, b.c, ns, n)
+	kcmPods, err := newStatusPods(ctx, b.c, b.cs, b.o.builtinWrite, ns, n)
 	if err != nil {
 		return res, err
 	}
@@ -344,12 +347,13 @@ func (b *bench) agentSample(ctx context.Context, w *watcher, srv *flipServer, ad
 	return sample{start: decisive, addr: addr, latency: got.Sub(decisive), phase: decisive.Sub(flipped), ready: ready}, nil
 }
 
-// kcmSample flips pod i's Ready condition and measures from the start of the status update to
-// the watch event.
+// kcmSample flips pod i's Ready condition and measures from the start of the kubelet's writes
+// (statusPods.setReady) to the watch event.
 func (b *bench) kcmSample(ctx context.Context, w *watcher, pods *statusPods, i int, ready bool) (sample, error) {
 	ev := w.expect("builtin", pods.ips[i], ready)
 	start := time.Now()
-	if err := pods.setReady(ctx, i, ready); err != nil {
+	get, err := pods.setReady(ctx, i, ready)
+	if err != nil {
 		return sample{}, err
 	}
 	rtt := time.Since(start)
@@ -357,7 +361,7 @@ func (b *bench) kcmSample(ctx context.Context, w *watcher, pods *statusPods, i i
 	if err != nil {
 		return sample{}, fmt.Errorf("%s ready=%v: %w", pods.ips[i], ready, errors.Join(err, b.kcm.Err()))
 	}
-	return sample{start: start, addr: pods.ips[i], latency: got.Sub(start), phase: rtt, ready: ready}, nil
+	return sample{start: start, addr: pods.ips[i], latency: got.Sub(start), phase: rtt, get: get, ready: ready}, nil
 }
 
 // flipServer is one HTTP server per listener that answers 200 or 500 per local address and
@@ -447,14 +451,17 @@ func (f *flipServer) close() {
 // flips through the status subresource (what a kubelet does after a decisive readiness probe).
 type statusPods struct {
 	c      *cluster.Cluster
+	cs     kubernetes.Interface
+	write  string // builtinWriteKubelet or builtinWriteUpdate
+	ns     string
 	labels map[string]string
 	pods   []*cluster.Pod
 	objs   []*corev1.Pod
 	ips    []netip.Addr
 }
 
-func newStatusPods(ctx context.Context, c *cluster.Cluster, ns string, n int) (*statusPods, error) {
-	sp := &statusPods{c: c, labels: map[string]string{"app": "builtin-" + strconv.Itoa(n)}}
+func newStatusPods(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interface, write, ns string, n int) (*statusPods, error) {
+	sp := &statusPods{c: c, cs: cs, write: write, ns: ns, labels: map[string]string{"app": "builtin-" + strconv.Itoa(n)}}
 	sp.pods, sp.objs = make([]*cluster.Pod, n), make([]*corev1.Pod, n)
 	err := parallel(ctx, n, 16, func(ctx context.Context, i int) error {
 		p, err := c.NewPod(ctx, cluster.PodSpec{Namespace: ns, Name: fmt.Sprintf("builtin-%d", i), Node: kcmNode, Labels: sp.labels, ObjectOnly: true})
@@ -482,28 +489,86 @@ func newStatusPods(ctx context.Context, c *cluster.Cluster, ns string, n int) (*
 	return sp, nil
 }
 
+// The built-in side's status writes (-builtin-write).
+const (
+	// builtinWriteKubelet writes as the kubelet's status manager does after a readiness change
+	// (pkg/kubelet/status, syncPod): it reads the pod from the API server, then sends a
+	// strategic merge patch of the status subresource, computed from the read status and the
+	// new one, carrying the pod's UID as a precondition (pkg/util/pod, PatchPodStatus).
+	builtinWriteKubelet = "kubelet"
+	// builtinWriteUpdate sends one status update of the benchmark's own copy: less than a
+	// kubelet does, so a lower bound of the built-in path (the measurements before 2026-12-02 13:00 UTC).
+	builtinWriteUpdate = "update"
+)
+
 // setReady writes pod i's Ready and ContainersReady conditions and its container's ready flag
-// with one status update (the benchmark is the only writer, so its last copy is current).
-func (sp *statusPods) setReady(ctx context.Context, i int, ready bool) error {
-	pod := sp.objs[i].DeepCopy()
-	status := corev1.ConditionFalse
+// as sp.write says, and returns how long the kubelet's GET took (0 for a plain update).
+func (sp *statusPods) setReady(ctx context.Context, i int, ready bool) (time.Duration, error) {
+	pods := sp.cs.CoreV1().Pods(sp.ns)
+	name := sp.objs[i].Name
+	if sp.write == builtinWriteUpdate { // the benchmark is the only writer, so its last copy is current
+		pod := sp.objs[i].DeepCopy()
+		pod.Status = flippedStatus(pod.Status, ready)
+		updated, err := pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+		if err != nil {
+			return 0, fmt.Errorf("updating the status of pod %s: %w", name, err)
+		}
+		sp.objs[i] = updated
+		return 0, nil
+	}
+	start := time.Now()
+	cur, err := pods.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("reading pod %s: %w", name, err)
+	}
+	get := time.Since(start)
+	patch, err := statusPatch(cur, flippedStatus(cur.Status, ready))
+	if err != nil {
+		return get, fmt.Errorf("pod %s: %w", name, err)
+	}
+	if _, err := pods.Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		return get, fmt.Errorf("patching the status of pod %s: %w", name, err)
+	}
+	return get, nil
+}
+
+// flippedStatus is status with the Ready and ContainersReady conditions and the containers'
+// ready flags set to ready, the conditions' transition time now.
+func flippedStatus(status corev1.PodStatus, ready bool) corev1.PodStatus {
+	out := *status.DeepCopy()
+	cond := corev1.ConditionFalse
 	if ready {
-		status = corev1.ConditionTrue
+		cond = corev1.ConditionTrue
 	}
 	now := metav1.Now()
-	for j := range pod.Status.Conditions {
-		if t := pod.Status.Conditions[j].Type; t == corev1.PodReady || t == corev1.ContainersReady {
-			pod.Status.Conditions[j].Status, pod.Status.Conditions[j].LastTransitionTime = status, now
+	for j := range out.Conditions {
+		if t := out.Conditions[j].Type; t == corev1.PodReady || t == corev1.ContainersReady {
+			out.Conditions[j].Status, out.Conditions[j].LastTransitionTime = cond, now
 		}
 	}
-	for j := range pod.Status.ContainerStatuses {
-		pod.Status.ContainerStatuses[j].Ready = ready
+	for j := range out.ContainerStatuses {
+		out.ContainerStatuses[j].Ready = ready
 	}
-	if err := sp.c.Env.Client.Status().Update(ctx, pod); err != nil {
-		return fmt.Errorf("updating the status of pod %s: %w", pod.Name, err)
+	return out
+}
+
+// statusPatch is the kubelet's patch from pod's status to status: a two-way strategic merge
+// patch of the JSON of two pods holding only the statuses, the new one also the UID, which
+// the patch thereby carries as a precondition.
+func statusPatch(pod *corev1.Pod, status corev1.PodStatus) ([]byte, error) {
+	before, err := json.Marshal(corev1.Pod{Status: pod.Status})
+	if err != nil {
+		return nil, fmt.Errorf("encoding the status: %w", err)
 	}
-	sp.objs[i] = pod
-	return nil
+	after, err := json.Marshal(corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: pod.UID}, Status: status})
+	if err != nil {
+		return nil, fmt.Errorf("encoding the new status: %w", err)
+	}
+	patch, err := strategicpatch.CreateTwoWayMergePatch(before, after, corev1.Pod{})
+	if err != nil {
+		return nil, fmt.Errorf("the status patch: %w", err)
+	}
+	return patch, nil
 }
 
 func (sp *statusPods) remove() {

@@ -38,6 +38,9 @@ type options struct {
 	waitTimeout time.Duration
 	samplesOut  string
 	json        bool
+	// builtinWrite is how the built-in side writes a pod's status: builtinWriteKubelet or
+	// builtinWriteUpdate.
+	builtinWrite string
 }
 
 func main() {
@@ -53,7 +56,10 @@ func main() {
 	flag.BoolVar(&o.individual, "individual-pods", false, "one network namespace per pod (cluster.AddPod) instead of cluster.NewBulkPods")
 	flag.DurationVar(&o.waitTimeout, "wait", 15*time.Second, "give up on one sample after this long")
 	flag.BoolVar(&o.json, "json", false, "the benchmark's own client (status updates, watcher) talks JSON instead of protobuf")
-	flag.StringVar(&o.samplesOut, "samples-out", "", "also write every sample to this CSV file (side, endpoints, round, address, direction, start and watch event as Unix nanoseconds, latency and phase in nanoseconds)")
+	flag.StringVar(&o.builtinWrite, "builtin-write", builtinWriteKubelet, "how the built-in side writes a pod's readiness: "+
+		"\"kubelet\" as the kubelet's status manager (a GET, then a strategic merge patch of the status subresource), "+
+		"\"update\" one status update (less than a kubelet sends: a lower bound of the built-in path)")
+	flag.StringVar(&o.samplesOut, "samples-out", "", "also write every sample to this CSV file (side, endpoints, round, address, direction, start and watch event as Unix nanoseconds, latency, phase and the built-in GET in nanoseconds)")
 	flag.Parse()
 	for s := range strings.SplitSeq(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -62,6 +68,10 @@ func main() {
 			os.Exit(2)
 		}
 		o.sizes = append(o.sizes, n)
+	}
+	if o.builtinWrite != builtinWriteKubelet && o.builtinWrite != builtinWriteUpdate {
+		fmt.Fprintf(os.Stderr, "publish: -builtin-write: %q is neither %q nor %q\n", o.builtinWrite, builtinWriteKubelet, builtinWriteUpdate)
+		os.Exit(2)
 	}
 	if o.agent == "" {
 		fmt.Fprintln(os.Stderr, "publish: -agent is required")

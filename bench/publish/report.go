@@ -26,9 +26,9 @@ func report(w io.Writer, o options, rs []sizeResult) {
 		"server flips 200→500 or back; latency = EndpointSlice watch event showing the endpoint's new `ready` − arrival of the "+
 		"decisive probe's request at the pod's server. Built-in: kube-controller-manager `--controllers=endpointslice-controller` "+
 		"(defaults: `--endpointslice-updates-batch-period` 0, 100 endpoints per slice) for n Pod objects on %s selected by a "+
-		"Service; latency = watch event − start of the pod's status update (Ready and ContainersReady). The two alternate "+
+		"Service; latency = watch event − start of %s, which flips the pod's Ready and ContainersReady conditions. The two alternate "+
 		"sample by sample on one API server; %d samples per path, size and round (half down, half up). Host: %s, %d CPUs, %s.\n\n",
-		agentNode, pods, kcmNode, o.samples, hostname(), runtime.NumCPU(), runtime.Version())
+		agentNode, pods, kcmNode, builtinWriteText(o.builtinWrite), o.samples, hostname(), runtime.NumCPU(), runtime.Version())
 	p("| endpoints | round | load (1/5/15 min) | agent p50 | agent p99 | built-in p50 | built-in p99 | agent / built-in p50 | agent / built-in p99 |\n")
 	p("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, r := range rs {
@@ -52,39 +52,77 @@ func report(w io.Writer, o options, rs []sizeResult) {
 			ms(pct(all, 50)), ms(pct(all, 99)), ms(pct(allK, 50)), ms(pct(allK, 99)),
 			ratio(pct(all, 50), pct(allK, 50)), ratio(pct(all, 99), pct(allK, 99)))
 	}
-	p("\n| endpoints | setup | slices (agent / built-in) | KiB per slice (agent / built-in) | agent: flip → decisive probe, median | built-in: status update round trip, median | agent CPU while sampling | agent peak RSS | agent slice writes per flip | agent reconcile, mean | one slice update, median (agent / built-in) |\n")
+	if o.builtinWrite == builtinWriteKubelet {
+		reportFromPatch(p, rs)
+	}
+	p("\n| endpoints | setup | slices (agent / built-in) | KiB per slice (agent / built-in) | agent: flip → decisive probe, median | built-in: status write round trip, median (of it the GET) | agent CPU while sampling | agent peak RSS | agent slice writes per flip | agent reconcile, mean | one slice update, median (agent / built-in) |\n")
 	p("| ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
 	for _, r := range rs {
-		var phase, rtt []time.Duration
+		var phase, rtt, get []time.Duration
 		flips := 0
 		for _, rd := range r.rounds {
 			for _, s := range rd.agent {
 				phase = append(phase, s.phase)
 			}
 			for _, s := range rd.kcm {
-				rtt = append(rtt, s.phase)
+				rtt, get = append(rtt, s.phase), append(get, s.get)
 			}
 			flips += len(rd.agent)
 		}
-		p("| %d | %s | %d / %d | %.0f / %.0f | %s | %s | %.0f %% of a core | %.0f MiB | %.2f | %s | %s / %s |\n", r.n, r.setup.Round(100*time.Millisecond),
-			r.agentSlices, r.kcmSlices, float64(r.agentSliceBytes)/1024, float64(r.kcmSliceBytes)/1024, ms(pct(phase, 50)), ms(pct(rtt, 50)),
+		p("| %d | %s | %d / %d | %.0f / %.0f | %s | %s (%s) | %.0f %% of a core | %.0f MiB | %.2f | %s | %s / %s |\n", r.n, r.setup.Round(100*time.Millisecond),
+			r.agentSlices, r.kcmSlices, float64(r.agentSliceBytes)/1024, float64(r.kcmSliceBytes)/1024, ms(pct(phase, 50)), ms(pct(rtt, 50)), ms(pct(get, 50)),
 			100*r.agentCPU.Seconds()/r.sampling.Seconds(), float64(r.agentRSS)/(1<<20), r.agentWrites/float64(max(flips, 1)), ms(r.agentReconcile),
 			ms(r.agentSliceWrite), ms(r.kcmSliceWrite))
 	}
 	p("\n")
 }
 
+// builtinWriteText says where a built-in sample starts.
+func builtinWriteText(write string) string {
+	if write == builtinWriteUpdate {
+		return "one status update of the pod (less than a kubelet sends: a lower bound)"
+	}
+	return "the kubelet's writes (as its status manager: a GET of the pod, then a strategic merge patch of its status)"
+}
+
+// reportFromPatch compares the agent with the built-in samples counted from the start of the
+// status patch, i.e. without the kubelet's GET: what the benchmark's one status update
+// measured before -builtin-write=kubelet, a lower bound of the built-in path.
+func reportFromPatch(p func(string, ...any), rs []sizeResult) {
+	fromPatch := func(ss []sample) []time.Duration {
+		out := make([]time.Duration, len(ss))
+		for i, s := range ss {
+			out[i] = s.latency - s.get
+		}
+		return out
+	}
+	p("\nThe built-in samples counted from the start of the status patch (without the kubelet's GET: a lower bound):\n\n")
+	p("| endpoints | round | built-in p50 | built-in p99 | agent / built-in p50 | agent / built-in p99 |\n")
+	p("| ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, r := range rs {
+		var all, allK []time.Duration
+		for i, rd := range r.rounds {
+			al, kl := lat(rd.agent), fromPatch(rd.kcm)
+			p("| %d | %d | %s | %s | %.1f× | %.1f× |\n", r.n, i+1, ms(pct(kl, 50)), ms(pct(kl, 99)),
+				ratio(pct(al, 50), pct(kl, 50)), ratio(pct(al, 99), pct(kl, 99)))
+			all, allK = append(all, al...), append(allK, kl...)
+		}
+		p("| %d | all %d samples | %s | %s | %.1f× | %.1f× |\n", r.n, len(allK), ms(pct(allK, 50)), ms(pct(allK, 99)),
+			ratio(pct(all, 50), pct(allK, 50)), ratio(pct(all, 99), pct(allK, 99)))
+	}
+}
+
 // writeSamples writes every sample as a CSV line, for a closer look at the tail (the stage
 // breakdown in development/BENCHMARKS.md joins them with the agent's timestamps).
 func writeSamples(path string, rs []sizeResult) error {
 	var b strings.Builder
-	b.WriteString("side,endpoints,round,address,ready,start_unix_ns,event_unix_ns,latency_ns,phase_ns\n")
+	b.WriteString("side,endpoints,round,address,ready,start_unix_ns,event_unix_ns,latency_ns,phase_ns,get_ns\n")
 	for _, r := range rs {
 		for i, rd := range r.rounds {
 			for side, ss := range map[string][]sample{"agent": rd.agent, "builtin": rd.kcm} {
 				for _, s := range ss {
-					fmt.Fprintf(&b, "%s,%d,%d,%s,%t,%d,%d,%d,%d\n", side, r.n, i+1, s.addr, s.ready,
-						s.start.UnixNano(), s.start.Add(s.latency).UnixNano(), int64(s.latency), int64(s.phase))
+					fmt.Fprintf(&b, "%s,%d,%d,%s,%t,%d,%d,%d,%d,%d\n", side, r.n, i+1, s.addr, s.ready,
+						s.start.UnixNano(), s.start.Add(s.latency).UnixNano(), int64(s.latency), int64(s.phase), int64(s.get))
 				}
 			}
 		}

@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Publish latency: builds the agent program and this benchmark, then measures, side by side on
 # one API server, the agent (decisive probe → EndpointSlice watch event) and
-# kube-controller-manager's EndpointSlice controller (pod status update → watch event) with
+# kube-controller-manager's EndpointSlice controller (the kubelet's status writes → watch event) with
 # SIZES endpoints on a node. Needs root (network namespaces; the benchmark isolates itself like
 # the testkit/cluster tests). Prints a markdown section (development/BENCHMARKS.md, "Publish latency")
 # on stdout; progress goes to stderr.
