@@ -49,6 +49,8 @@ type bench struct {
 	kcm   *process.Process
 	// agentMetrics is the agent's metrics address.
 	agentMetrics string
+	// api reads the API server's metrics (-apiserver-gc; nil otherwise).
+	api *apiServer
 }
 
 func newBench(ctx context.Context, c *cluster.Cluster, o options) (*bench, error) {
@@ -70,6 +72,11 @@ func newBench(ctx context.Context, c *cluster.Cluster, o options) (*bench, error
 		return nil, fmt.Errorf("temporary directory: %w", err)
 	}
 	b := &bench{c: c, o: o, cs: cs, dir: dir}
+	if o.apiServerGC {
+		if b.api, err = newAPIServer(c.Env.Config); err != nil {
+			return nil, err
+		}
+	}
 	kubeconfig, err := c.Env.WriteKubeConfig(dir)
 	if err != nil {
 		return nil, err
@@ -167,6 +174,11 @@ type sizeResult struct {
 	agentSlices                    int
 	// Mean JSON size of one slice: what one write sends to every watcher.
 	kcmSliceBytes, agentSliceBytes int
+	// -apiserver-gc: the ends of the API server's GC cycles during the sampling, the cycles
+	// that ended unseen, the failed polls, and the API server's allocation per flip.
+	gcEnds               []time.Time
+	gcMissed, gcErrs     int
+	agentAlloc, kcmAlloc float64
 }
 
 func (b *bench) measure(ctx context.Context, n int) (res sizeResult, err error) {
@@ -276,6 +288,10 @@ func (b *bench) measure(ctx context.Context, n int) (res sizeResult, err error) 
 	if err != nil {
 		return res, err
 	}
+	var gc *gcWatch
+	if b.api != nil {
+		gc = b.api.watchGC(ctx)
+	}
 	samplingStart := time.Now()
 	// Each endpoint in turn goes down, then up again; the two paths alternate sample by
 	// sample, so load from elsewhere hits both alike.
@@ -302,6 +318,9 @@ func (b *bench) measure(ctx context.Context, n int) (res sizeResult, err error) 
 			ms(pct(lat(rd.agent), 50)), ms(pct(lat(rd.agent), 99)), ms(pct(lat(rd.kcm), 50)), ms(pct(lat(rd.kcm), 99)), rd.load)
 	}
 	res.sampling = time.Since(samplingStart)
+	if gc != nil {
+		res.gcEnds, res.gcMissed, res.gcErrs = gc.result()
+	}
 	cpuAfter, err := process.CPUTime(b.agent.PID())
 	if err != nil {
 		return res, err
@@ -318,6 +337,27 @@ func (b *bench) measure(ctx context.Context, n int) (res sizeResult, err error) 
 	}
 	if res.agentRSS, err = process.PeakRSS(b.agent.PID()); err != nil {
 		return res, err
+	}
+	if gc != nil { // after the agent's figures, which count the sampling only
+		flip := func(side func(ctx context.Context, i int, ready bool) error) func(context.Context, int) error {
+			return func(ctx context.Context, _ int) error {
+				i, ready := (next/2*7919)%n, next%2 == 1 // the sampling's sequence, continued
+				next++
+				return side(ctx, i, ready)
+			}
+		}
+		res.agentAlloc, res.kcmAlloc, err = b.api.allocPerFlip(ctx,
+			flip(func(ctx context.Context, i int, ready bool) error {
+				_, err := b.agentSample(ctx, w, srv, agentIPs[i], ready)
+				return err
+			}),
+			flip(func(ctx context.Context, i int, ready bool) error {
+				_, err := b.kcmSample(ctx, w, kcmPods, i, ready)
+				return err
+			}))
+		if err != nil {
+			return res, err
+		}
 	}
 	if res.agentSliceWrite, err = b.writeCost(ctx, w, "agent", 20, true); err != nil {
 		return res, err

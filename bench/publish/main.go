@@ -41,6 +41,8 @@ type options struct {
 	// builtinWrite is how the built-in side writes a pod's status: builtinWriteKubelet or
 	// builtinWriteUpdate.
 	builtinWrite string
+	// apiServerGC adds the API server's garbage collection to the report (apiserver.go).
+	apiServerGC bool
 }
 
 func main() {
@@ -59,6 +61,9 @@ func main() {
 	flag.StringVar(&o.builtinWrite, "builtin-write", builtinWriteKubelet, "how the built-in side writes a pod's readiness: "+
 		"\"kubelet\" as the kubelet's status manager (a GET, then a strategic merge patch of the status subresource), "+
 		"\"update\" one status update (less than a kubelet sends: a lower bound of the built-in path)")
+	flag.BoolVar(&o.apiServerGC, "apiserver-gc", false, "also read the API server's GC cycles during the sampling (the samples they overlap, "+
+		"and the percentiles of the rest) and measure its allocation per flip of each side after it; the scrapes add a few MB of "+
+		"allocation to the API server every 2 s")
 	flag.StringVar(&o.samplesOut, "samples-out", "", "also write every sample to this CSV file (side, endpoints, round, address, direction, start and watch event as Unix nanoseconds, latency, phase and the built-in GET in nanoseconds)")
 	flag.Parse()
 	for s := range strings.SplitSeq(sizes, ",") {

@@ -55,6 +55,9 @@ func report(w io.Writer, o options, rs []sizeResult) {
 	if o.builtinWrite == builtinWriteKubelet {
 		reportFromPatch(p, rs)
 	}
+	if o.apiServerGC {
+		reportGC(p, rs)
+	}
 	p("\n| endpoints | setup | slices (agent / built-in) | KiB per slice (agent / built-in) | agent: flip → decisive probe, median | built-in: status write round trip, median (of it the GET) | agent CPU while sampling | agent peak RSS | agent slice writes per flip | agent reconcile, mean | one slice update, median (agent / built-in) |\n")
 	p("| ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
 	for _, r := range rs {
@@ -109,6 +112,30 @@ func reportFromPatch(p func(string, ...any), rs []sizeResult) {
 		}
 		p("| %d | all %d samples | %s | %s | %.1f× | %.1f× |\n", r.n, len(allK), ms(pct(allK, 50)), ms(pct(allK, 99)),
 			ratio(pct(all, 50), pct(allK, 50)), ratio(pct(all, 99), pct(allK, 99)))
+	}
+}
+
+// reportGC splits each side's samples by whether a GC cycle of the API server overlapped them.
+func reportGC(p func(string, ...any), rs []sizeResult) {
+	p("\nThe API server's garbage collector (`-apiserver-gc`): a sample overlaps a GC cycle when one ended between its start and %s after its watch event. "+
+		"Allocation per flip: the API server's `go_memstats_alloc_bytes_total` over %d flips of one side in %s, less the same time idle, after the sampling.\n\n", gcOverlap, allocFlips, allocPhase)
+	p("| endpoints | GC cycles while sampling | side | samples overlapping a GC | their p50 / max | the others: p50 / p90 / p99 / max | API server allocation per flip |\n")
+	p("| ---: | --- | --- | ---: | --- | --- | ---: |\n")
+	for _, r := range rs {
+		var agent, kcm []sample
+		for _, rd := range r.rounds {
+			agent, kcm = append(agent, rd.agent...), append(kcm, rd.kcm...)
+		}
+		cycles := fmt.Sprintf("%d seen, %d unseen, %d failed polls", len(r.gcEnds), r.gcMissed, r.gcErrs)
+		for _, side := range []struct {
+			name  string
+			ss    []sample
+			alloc float64
+		}{{"agent", agent, r.agentAlloc}, {"built-in", kcm, r.kcmAlloc}} {
+			g := splitByGC(side.ss, r.gcEnds)
+			p("| %d | %s | %s | %d of %d | %s / %s | %s / %s / %s / %s | %.2f MB |\n", r.n, cycles, side.name, len(g.hit), len(side.ss),
+				ms(pct(g.hit, 50)), ms(pct(g.hit, 100)), ms(pct(g.rest, 50)), ms(pct(g.rest, 90)), ms(pct(g.rest, 99)), ms(pct(g.rest, 100)), side.alloc/1e6)
+		}
 	}
 }
 
