@@ -56,7 +56,8 @@ lint: ## Run golangci-lint on every module, check the license headers, and run d
 	@for m in $(MODULES); do echo "lint: $$m"; (cd $$m && $(LINT_BIN)/golangci-lint run --config $(CURDIR)/.golangci.yaml ./...); done
 	@for m in $(STANDALONE); do echo "lint: $$m"; (cd $$m && GOWORK=off $(LINT_BIN)/golangci-lint run --config $(CURDIR)/.golangci.yaml ./...); done
 	@echo "lint: license headers"; hack/license-headers.sh --check
-	@if [[ -f $(DMT) ]]; then echo "lint: dmt"; bash $(DMT) lint .; else echo "lint: dmt skipped: $(DMT) is not there"; fi
+	@# dmt leaves empty temporary directories behind (two per run, in $$TMPDIR): give it its own.
+	@if [[ -f $(DMT) ]]; then echo "lint: dmt"; tmp="$$(mktemp -d)" && trap 'rm -rf "$$tmp"' EXIT && TMPDIR="$$tmp" bash $(DMT) lint .; else echo "lint: dmt skipped: $(DMT) is not there"; fi
 
 .PHONY: build
 build: ## Build the programs and the hooks binary as static binaries into bin/ (the script werf runs).
