@@ -33,8 +33,8 @@ const (
 
 // MinAgentLostGrace is the shortest --agent-lost-grace accepted, the module setting's minimum
 // (hooks/settings). The liveness guard counts an agent silent for more than half the grace as
-// late; a live agent renews every quarter of the grace and is observed within an eighth of it,
-// but at least every 0.5 s, so below about 2 s a live agent could look late. 4 s keeps a margin.
+// late; a live agent renews every quarter of the grace and is observed every eighth of it,
+// but no more often than every 0.5 s, so below about 2 s a live agent could look late. 4 s keeps a margin.
 const MinAgentLostGrace = 4 * time.Second
 
 // Config is the controller's configuration.
