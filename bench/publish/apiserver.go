@@ -153,18 +153,15 @@ const allocFlips = 20
 // allocPerFlip measures, after the sampling, the API server's allocation per flip of each side:
 // go_memstats_alloc_bytes_total over an idle phase, a phase of allocFlips agent flips and one
 // of allocFlips built-in flips, each allocPhase long; per flip = (phase − idle) / allocFlips.
-func (a *apiServer) allocPerFlip(ctx context.Context, agent, builtin func(ctx context.Context, k int) error) (agentBytes, builtinBytes float64, err error) {
-	phase := func(flip func(ctx context.Context, k int) error) (float64, error) {
+func (a *apiServer) allocPerFlip(ctx context.Context, agent, builtin func(ctx context.Context) error) (agentBytes, builtinBytes float64, err error) {
+	phase := func(flip func(ctx context.Context) error) (float64, error) { // nil: idle
 		before, err := a.scrape(ctx)
 		if err != nil {
 			return 0, err
 		}
 		start := time.Now()
-		for k := range allocFlips {
-			if flip == nil {
-				break
-			}
-			if err := flip(ctx, k); err != nil {
+		for i := 0; flip != nil && i < allocFlips; i++ {
+			if err := flip(ctx); err != nil {
 				return 0, err
 			}
 		}

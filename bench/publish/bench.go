@@ -339,8 +339,8 @@ func (b *bench) measure(ctx context.Context, n int) (res sizeResult, err error) 
 		return res, err
 	}
 	if gc != nil { // after the agent's figures, which count the sampling only
-		flip := func(side func(ctx context.Context, i int, ready bool) error) func(context.Context, int) error {
-			return func(ctx context.Context, _ int) error {
+		flip := func(side func(ctx context.Context, i int, ready bool) error) func(context.Context) error {
+			return func(ctx context.Context) error {
 				i, ready := (next/2*7919)%n, next%2 == 1 // the sampling's sequence, continued
 				next++
 				return side(ctx, i, ready)
@@ -490,7 +490,6 @@ func (f *flipServer) close() {
 // statusPods are Pod objects for the built-in controller, whose Ready condition the benchmark
 // flips through the status subresource (what a kubelet does after a decisive readiness probe).
 type statusPods struct {
-	c      *cluster.Cluster
 	cs     kubernetes.Interface
 	write  string // builtinWriteKubelet or builtinWriteUpdate
 	ns     string
@@ -501,7 +500,7 @@ type statusPods struct {
 }
 
 func newStatusPods(ctx context.Context, c *cluster.Cluster, cs kubernetes.Interface, write, ns string, n int) (*statusPods, error) {
-	sp := &statusPods{c: c, cs: cs, write: write, ns: ns, labels: map[string]string{"app": "builtin-" + strconv.Itoa(n)}}
+	sp := &statusPods{cs: cs, write: write, ns: ns, labels: map[string]string{"app": "builtin-" + strconv.Itoa(n)}}
 	sp.pods, sp.objs = make([]*cluster.Pod, n), make([]*corev1.Pod, n)
 	err := parallel(ctx, n, 16, func(ctx context.Context, i int) error {
 		p, err := c.NewPod(ctx, cluster.PodSpec{Namespace: ns, Name: fmt.Sprintf("builtin-%d", i), Node: kcmNode, Labels: sp.labels, ObjectOnly: true})

@@ -89,8 +89,8 @@ func builtinWriteText(write string) string {
 }
 
 // reportFromPatch compares the agent with the built-in samples counted from the start of the
-// status patch, i.e. without the kubelet's GET: what the benchmark's one status update
-// measured before -builtin-write=kubelet, a lower bound of the built-in path.
+// status patch, i.e. without the kubelet's GET: the closest to the one status update of
+// -builtin-write=update, a lower bound of the built-in path.
 func reportFromPatch(p func(string, ...any), rs []sizeResult) {
 	fromPatch := func(ss []sample) []time.Duration {
 		out := make([]time.Duration, len(ss))

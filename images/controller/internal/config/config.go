@@ -79,7 +79,7 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Config, er
 	p.Flags.StringVar(&c.AgentLeaseNamespace, "agent-lease-namespace", DefaultNamespace,
 		"The `namespace` where every agent renews a Lease for its node.")
 	p.Flags.DurationVar(&c.AgentLostGrace, "agent-lost-grace", 40*time.Second,
-		"How long an agent's Lease may go unrenewed, as seen by this controller's own clock, before the endpoints of its node are withdrawn; at least 4s.")
+		"How long an agent's Lease may go unrenewed, as seen by this controller's own clock, before the endpoints of its node are withdrawn; at least "+MinAgentLostGrace.String()+".")
 	p.Flags.IntVar(&c.MaxConcurrentReconciles, "max-concurrent-reconciles", DefaultMaxConcurrentReconciles,
 		"How many resources are reconciled at once (1 to 64). More help only when the API server's latency, not --kube-api-qps, bounds how fast many new resources settle.")
 	if err := p.Parse(args, out); err != nil {

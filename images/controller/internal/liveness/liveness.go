@@ -114,8 +114,8 @@ type Verdict struct {
 	// ones. Agents that stop together do not go stale in the same instant: their last
 	// renewals are up to a renewal interval (at most a quarter of the grace) and one
 	// observation apart. A live agent is never late: it renews every quarter of the grace at
-	// most (DESIGN §5, the chart derives the interval), seen within one observation (an
-	// eighth of the grace, at least 0.5 s, with the grace at least 4 s).
+	// most (DESIGN §5, the chart derives the interval), seen within one observation (every
+	// eighth of the grace, but no more often than every 0.5 s; the grace is at least 4 s).
 	Late []string
 	// Guarded is true when some agent is stale and more than half of the known agents look
 	// stale at once (are late): then the blame is more likely the controller's or the API
