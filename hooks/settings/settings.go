@@ -44,7 +44,8 @@ const (
 	// controller's --agent-lost-grace default), used when the value is absent.
 	DefaultAgentLostGrace = 40 * time.Second
 	// MinAgentLostGrace is the smallest grace the settings schema admits: at a quarter of it the
-	// agents renew once a second.
+	// agents renew once a second. The controller's --agent-lost-grace refuses less too
+	// (images/controller/internal/config, MinAgentLostGrace).
 	MinAgentLostGrace = 4 * time.Second
 	// RenewalsPerGrace is how many renewal intervals fit in one grace: three renewals in a row
 	// may fail or be late before the controller withdraws anything.
