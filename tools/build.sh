@@ -28,6 +28,17 @@ bin_name() {
 	esac
 }
 
+# The file name `go build -o DIR/` gives a main package: its last element, or the one before a
+# major-version element (go.etcd.io/etcd/server/v3 -> server).
+go_name() {
+	local base=${1##*/}
+	if [[ $base =~ ^v[0-9]+$ ]]; then
+		base=${1%/*}
+		base=${base##*/}
+	fi
+	echo "$base"
+}
+
 build_group() {
 	local g=$1 dir tmp pkg
 	dir=$(group_dir "$g")
@@ -41,10 +52,16 @@ build_group() {
 	(
 		cd "$here/$g"
 		export GOWORK=off
-		for pkg in $(sed -n '/^tool (/,/^)/{/^tool (/d;/^)/d;p}; s/^tool \([^(].*\)$/\1/p' go.mod); do
-			echo "tools:   $pkg" >&2
-			go build -o "$tmp/$(bin_name "$pkg")" "$pkg"
+		mapfile -t pkgs < <(sed -n '/^tool (/,/^)/{/^tool (/d;/^)/d;p}; s/^tool \([^(].*\)$/\1/p' go.mod | tr -d '\t ')
+		echo "tools:   ${pkgs[*]}" >&2
+		# One invocation for the whole group: the compiler shares the packages the binaries have in
+		# common and links them in parallel. No DWARF (-s -w): nobody debugs these tools, and the
+		# linker spends a large share of a cold build writing it for the k8s binaries.
+		go build -ldflags='-s -w' -o "$tmp/bin/" "${pkgs[@]}"
+		for pkg in "${pkgs[@]}"; do
+			mv "$tmp/bin/$(go_name "$pkg")" "$tmp/$(bin_name "$pkg")"
 		done
+		rmdir "$tmp/bin"
 	)
 	touch "$tmp/.complete"
 	rm -rf "$dir"
