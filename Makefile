@@ -31,10 +31,12 @@ deps: ## Install the Debian packages the tests need (iproute2, nftables, postgre
 	@hack/deps.sh
 
 .PHONY: tools
-tools: ## Build the pinned tools (kube-apiserver, etcd, kube-proxy, controller-gen, golangci-lint, promtool, kube-rbac-proxy) into the cache.
-	@tools/build.sh
-	@tools/build.sh prom # named, not in the script's default list: editing the script re-keys every group's cache
-	@tools/build.sh kube-rbac-proxy # named for the same reason
+tools: test-tools ## Build every pinned tool (the tests' and the linters': controller-gen, golangci-lint) into the cache.
+	@tools/build.sh codegen lint
+
+.PHONY: test-tools
+test-tools: ## Build only the tools the tests run (kube-apiserver, etcd, kube-proxy, kube-controller-manager, promtool, kube-rbac-proxy).
+	@tools/build.sh kube prom kube-rbac-proxy
 
 .PHONY: generate
 generate: ## Regenerate deepcopy code and the CRD from the Go types.
@@ -64,9 +66,8 @@ build: ## Build the programs and the hooks binary as static binaries into bin/ (
 	hack/build-images.sh --out bin
 
 .PHONY: test
-test: deps tools ## Run every test of every module (real API server, real servers); builds what it needs first.
-	go test $(GO_TEST_FLAGS) $(addprefix ./,$(addsuffix /...,$(MODULES)))
-	for m in $(STANDALONE); do (cd $$m && GOWORK=off go test $(GO_TEST_FLAGS) ./...) || exit 1; done
+test: deps test-tools ## Run every test of every module (real API server, real servers); builds what it needs first.
+	@GO_TEST_FLAGS="$(GO_TEST_FLAGS)" MODULES="$(MODULES)" STANDALONE="$(STANDALONE)" hack/test.sh
 
 .PHONY: bench
 bench: deps tools ## Run every benchmark suite (bench/run.sh: bench/*/run.sh in order) and print one markdown report; BENCH_SUITES="a b" picks suites.

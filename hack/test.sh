@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Copyright The service-with-healthchecks Authors.
+# SPDX-License-Identifier: Apache-2.0
+# Runs every test of every module: what `make test` runs after `make deps test-tools`.
+#
+#   hack/test.sh              the workspace modules and, beside them, the standalone ones
+#
+# Environment: GO_TEST_FLAGS (default -count=1 -timeout=30m), MODULES and STANDALONE (the
+# Makefile passes its lists).
+#
+# One build configuration for everything: the tests build with CGO_ENABLED=0 and -trimpath,
+# the flags hack/build-images.sh builds the images with. tests/werf runs that script from a copy
+# of the include paths, and tests/monitoring builds the programs outside the workspace; with the
+# same flags every one of those builds finds the dependencies already compiled by the test
+# binaries, where before each configuration compiled Kubernetes' client libraries again (about
+# six of the fresh machine's minutes: development/BENCHMARKS.md, "make test").
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+GO_TEST_FLAGS=${GO_TEST_FLAGS:--count=1 -timeout=30m}
+read -r -a modules <<<"${MODULES:-api lib testkit images/agent images/controller hooks tests}"
+read -r -a standalone <<<"${STANDALONE:-tests/monitoring}"
+
+export CGO_ENABLED=0
+export GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath"
+
+started=$(date +%s)
+phase() { echo "test: $1 in $(($(date +%s) - $2))s (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2; }
+
+# The standalone modules (tests/monitoring: compiling Prometheus' PromQL parser is most of its
+# time) run beside the workspace's tests, whose packages spend most of their time waiting on API
+# servers, probes and timeouts: the two cores stay busy without a third heavy suite.
+standalone_log=$(mktemp)
+trap 'rm -f "$standalone_log"' EXIT
+(
+	for m in "${standalone[@]}"; do
+		t=$(date +%s)
+		# shellcheck disable=SC2086 # GO_TEST_FLAGS is a list of flags.
+		(cd "$m" && GOWORK=off go test $GO_TEST_FLAGS ./...) || exit 1
+		phase "$m" "$t"
+	done
+) >"$standalone_log" 2>&1 &
+standalone_pid=$!
+
+# The longest packages first (development/BENCHMARKS.md, "make test"): go test starts packages in
+# the order it is given them, and a long one started last is the whole run's tail. A package
+# named twice runs once.
+pkgs=(./images/agent/internal/agent ./testkit/cluster ./tests/e2e/... ./testkit/cmd/swh-run)
+for m in "${modules[@]}"; do pkgs+=("./$m/..."); done
+t=$(date +%s)
+status=0
+# shellcheck disable=SC2086
+go test $GO_TEST_FLAGS "${pkgs[@]}" || status=$?
+phase "workspace modules" "$t"
+
+wait "$standalone_pid" || status=$?
+cat "$standalone_log"
+phase "all tests" "$started"
+exit "$status"
