@@ -7,137 +7,99 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 )
 
-// userAgent is sent unless the probe sets its own User-Agent header.
-const userAgent = "service-with-healthchecks-agent"
-
 // probeHTTP sends one request on a fresh connection to the pod's IP and judges the status code.
 // It does not use http.Client: no connection pool to keep, no redirect to follow, and the Host
-// header and TLS server name come from the probe while the dial target is always addr.
+// header and TLS server name come from the probe while the dial target is always addr. The
+// steps: build (pure, httprequest.go and tls.go), dial, bound the connection (and shake hands),
+// exchange one request and response.
 func (p *Prober) probeHTTP(ctx context.Context, h *v1alpha1.HTTPProbe, addr netip.AddrPort, timeout time.Duration) (Result, error) {
-	if err := validateStatusCodes(h.SuccessStatusCodes); err != nil {
+	req, tlsCfg, err := buildHTTPProbe(h, addr)
+	if err != nil {
 		return Result{}, err
 	}
-	method := h.Method
-	switch strings.ToUpper(method) {
-	case "", http.MethodGet:
-		method = http.MethodGet
-	case http.MethodHead:
-		method = http.MethodHead
-	default:
-		return Result{}, fmt.Errorf("http.method %q: only GET and HEAD are allowed", h.Method)
-	}
-	path := h.Path
-	if path == "" {
-		path = "/"
-	}
-	u, err := url.ParseRequestURI(path)
-	if err != nil || !strings.HasPrefix(path, "/") {
-		return Result{}, fmt.Errorf("http.path %q is not an absolute path", h.Path)
-	}
-	var https bool
-	switch strings.ToUpper(string(h.Scheme)) {
-	case "", "HTTP":
-	case "HTTPS":
-		https = true
-	default:
-		return Result{}, fmt.Errorf("http.scheme %q: only HTTP and HTTPS are allowed", h.Scheme)
-	}
-
-	req := &http.Request{
-		Method:     method,
-		URL:        u,
-		Proto:      "HTTP/1.1",
-		ProtoMajor: 1,
-		ProtoMinor: 1,
-		Header:     make(http.Header, len(h.HTTPHeaders)+2),
-		Host:       h.Host,
-		Close:      true,
-	}
-	for _, hdr := range h.HTTPHeaders {
-		if strings.EqualFold(hdr.Name, "Host") {
-			if req.Host == "" {
-				req.Host = hdr.Value
-			}
-			continue
-		}
-		req.Header.Add(hdr.Name, hdr.Value)
-	}
-	if req.Host == "" {
-		// The dial target, as the kubelet sends it: "10.0.0.1:8080", "[2001:db8::1]:8080".
-		req.Host = addr.String()
-	}
-	req.Host = bracketIPv6(req.Host)
-	if _, ok := req.Header["User-Agent"]; !ok {
-		req.Header["User-Agent"] = []string{userAgent}
-	}
-	if _, ok := req.Header["Accept"]; !ok {
-		req.Header["Accept"] = []string{"*/*"}
-	}
-
-	var tlsConfig *tls.Config
-	if https {
-		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: h.InsecureSkipTLSVerify} //nolint:gosec // Opt-in per probe.
-		// The server name is the probe's host; without one the certificate must name the pod IP.
-		// An IP literal (the pod's, or a host that is one) is sent as no server name at all
-		// (crypto/tls leaves SNI out for one, as RFC 6066 asks) and checked against the
-		// certificate's IP SANs; it is given without brackets.
-		if h.Host != "" {
-			tlsConfig.ServerName = hostOnly(h.Host)
-		} else {
-			tlsConfig.ServerName = addr.Addr().String()
-		}
-		if h.CACert != "" {
-			pool, err := caPool(h.CACert)
-			if err != nil {
-				return Result{}, fmt.Errorf("http.caCert: %w", err)
-			}
-			tlsConfig.RootCAs = pool
-		}
-	}
-
 	tcp, err := dial(ctx, addr)
 	if err != nil {
 		return failure(netReason(ctx, err, timeout)), nil
 	}
 	defer func() { _ = tcp.Close() }()
-	if deadline, ok := ctx.Deadline(); ok {
-		_ = tcp.SetDeadline(deadline)
-	}
-	// A cancelled ctx (not only its deadline) must also interrupt reads and writes.
-	stop := context.AfterFunc(ctx, func() { _ = tcp.SetDeadline(time.Unix(1, 0)) })
+	stop := deadlineFromContext(ctx, tcp)
 	defer stop()
-
-	// Every byte read from the pod goes through conn, which bounds the whole probe and, during
-	// the handshake, the handshake.
-	conn := newLimitedConn(tcp)
-	var rw net.Conn = conn
-	if tlsConfig != nil {
-		tc := tls.Client(conn, tlsConfig)
-		conn.bound(maxTLSHandshakeBytes, errTLSHandshakeLimit)
-		if err := tc.HandshakeContext(ctx); err != nil {
-			return failure(tlsReason(ctx, err, timeout)), nil
-		}
-		conn.unbound()
-		rw = tc
+	rw, reason := startHTTP(ctx, tcp, tlsCfg, timeout)
+	if rw == nil {
+		return failure(reason), nil
 	}
+	return exchangeHTTP(ctx, rw, req, h.SuccessStatusCodes, timeout), nil
+}
+
+// buildHTTPProbe validates an HTTP probe and builds what it sends: the request and, for HTTPS,
+// the TLS setup (nil for HTTP). An error is invalid input, never the pod's fault.
+func buildHTTPProbe(h *v1alpha1.HTTPProbe, addr netip.AddrPort) (*http.Request, *tls.Config, error) {
+	if err := validateStatusCodes(h.SuccessStatusCodes); err != nil {
+		return nil, nil, err
+	}
+	req, err := newHTTPRequest(h.Method, h.Path, h.Host, h.HTTPHeaders, addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	https, err := isHTTPS(string(h.Scheme))
+	if err != nil {
+		return nil, nil, err
+	}
+	if !https {
+		return req, nil, nil
+	}
+	tlsCfg, err := tlsConfig(h.Host, addr.Addr(), h.CACert, h.InsecureSkipTLSVerify)
+	if err != nil {
+		return nil, nil, fmt.Errorf("http.%w", err)
+	}
+	return req, tlsCfg, nil
+}
+
+// deadlineFromContext makes reads and writes on c end at ctx's deadline, and at once when ctx
+// is cancelled (not only at its deadline). Call stop when done with c. (c is the concrete
+// type: the closure then holds a pointer, not an interface, and stays in a smaller size class.)
+func deadlineFromContext(ctx context.Context, c *net.TCPConn) (stop func() bool) {
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(deadline)
+	}
+	return context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+}
+
+// startHTTP puts every byte read from tcp through a limitedConn, which bounds the whole probe
+// and, during the handshake, the handshake; with tlsCfg it shakes hands. It returns the
+// connection to speak HTTP on, or nil and the reason of the failure.
+func startHTTP(ctx context.Context, tcp net.Conn, tlsCfg *tls.Config, timeout time.Duration) (net.Conn, string) {
+	conn := newLimitedConn(tcp)
+	if tlsCfg == nil {
+		return conn, ""
+	}
+	tc := tls.Client(conn, tlsCfg)
+	conn.bound(maxTLSHandshakeBytes, errTLSHandshakeLimit)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return nil, tlsReason(ctx, err, timeout)
+	}
+	conn.unbound()
+	return tc, ""
+}
+
+// exchangeHTTP writes req on rw and judges the response by its status code (codes is the
+// probe's successStatusCodes, validated before).
+func exchangeHTTP(ctx context.Context, rw net.Conn, req *http.Request, codes []string, timeout time.Duration) Result {
 	if err := writeRequest(req, rw); err != nil {
-		return failure("sending request: " + netReason(ctx, err, timeout)), nil
+		return failure("sending request: " + netReason(ctx, err, timeout))
 	}
 	// The status line and headers are read through a bound of their own: http.ReadResponse
 	// reads them without any limit (an endless header line would take the agent's memory).
@@ -151,29 +113,40 @@ func (p *Prober) probeHTTP(ctx context.Context, h *v1alpha1.HTTPProbe, addr neti
 	}()
 	resp, err := http.ReadResponse(br, req)
 	if err != nil {
-		if head.failed != nil {
-			// The read error that cut the response short is the reason, not the partial line
-			// it left behind ("malformed MIME header").
-			err = head.failed
-		}
-		if reason, ok := limitReason(err); ok {
-			return failure(reason), nil
-		}
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return failure("connection closed before a response"), nil
-		}
-		return failure("reading response: " + netReason(ctx, err, timeout)), nil
+		return failure(responseReason(ctx, err, head.failed, timeout))
 	}
 	// Read a bounded part of the body so a small response is consumed; a large or slow body
 	// does not change the verdict, which is the status code. What the bufio.Reader holds was
 	// counted as headers, so at most maxBodyBytes more are read from the connection.
 	head.n, head.err = maxBodyBytes, io.EOF
 	_, _ = io.CopyN(io.Discard, resp.Body, maxBodyBytes)
-	reason := "HTTP " + strconv.Itoa(resp.StatusCode)
-	if statusPasses(resp.StatusCode, h.SuccessStatusCodes) {
-		return success(reason), nil
+	return statusVerdict(resp.StatusCode, codes)
+}
+
+// responseReason says why no response could be read: err is http.ReadResponse's, failed the
+// first error of the read under it (nil if none).
+func responseReason(ctx context.Context, err, failed error, timeout time.Duration) string {
+	if failed != nil {
+		// The read error that cut the response short is the reason, not the partial line
+		// it left behind ("malformed MIME header").
+		err = failed
 	}
-	return failure(reason), nil
+	if reason, ok := limitReason(err); ok {
+		return reason
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return "connection closed before a response"
+	}
+	return "reading response: " + netReason(ctx, err, timeout)
+}
+
+// statusVerdict is the verdict on a status code: "HTTP 200", passed or failed by statusPasses.
+func statusVerdict(code int, codes []string) Result {
+	reason := "HTTP " + strconv.Itoa(code)
+	if statusPasses(code, codes) {
+		return success(reason)
+	}
+	return failure(reason)
 }
 
 // The buffers of HTTP probes, reused from probe to probe: allocated for each one, the reader's
@@ -206,158 +179,3 @@ var (
 	errResponseHeaderLimit = &readLimitError{"response status line and headers exceed " + byteSize(maxResponseHeaderBytes) + " (the prober's limit)"}
 	errTLSHandshakeLimit   = &readLimitError{"TLS: handshake exceeds " + byteSize(maxTLSHandshakeBytes) + " (the prober's limit)"}
 )
-
-// hostOnly strips a :port, and the brackets of an IPv6 literal, from a Host value:
-// "example.org:8443" -> "example.org", "[2001:db8::1]:8443" and "[2001:db8::1]" ->
-// "2001:db8::1".
-func hostOnly(host string) string {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		return h
-	}
-	if len(host) > 2 && host[0] == '[' && host[len(host)-1] == ']' {
-		return host[1 : len(host)-1]
-	}
-	return host
-}
-
-// bracketIPv6 writes a Host value that is a bare IPv6 literal ("2001:db8::1", which a server
-// would read as a host and a port) in brackets, as RFC 9110 and RFC 3986 ask: "[2001:db8::1]".
-// Names, IPv4 addresses and values with a port are kept.
-func bracketIPv6(host string) string {
-	if a, err := netip.ParseAddr(host); err == nil && a.Is6() {
-		return "[" + host + "]"
-	}
-	return host
-}
-
-// statusPasses applies the status rule: 200-399 like the kubelet, or, when successStatusCodes
-// is set, exactly the listed codes and ranges. The list was validated before.
-func statusPasses(code int, list []string) bool {
-	if len(list) == 0 {
-		return code >= 200 && code < 400
-	}
-	for _, e := range list {
-		lo, hi, _ := parseCodeRange(e)
-		if code >= lo && code <= hi {
-			return true
-		}
-	}
-	return false
-}
-
-func validateStatusCodes(list []string) error {
-	for _, e := range list {
-		if _, _, err := parseCodeRange(e); err != nil {
-			return fmt.Errorf("http.successStatusCodes: %w", err)
-		}
-	}
-	return nil
-}
-
-// parseCodeRange parses "418" or "400-404" without allocating.
-func parseCodeRange(e string) (lo, hi int, err error) {
-	a, b, isRange := strings.Cut(e, "-")
-	lo, err = parseCode(a)
-	if err != nil {
-		return 0, 0, fmt.Errorf("%q: %w", e, err)
-	}
-	hi = lo
-	if isRange {
-		if hi, err = parseCode(b); err != nil {
-			return 0, 0, fmt.Errorf("%q: %w", e, err)
-		}
-		if hi < lo {
-			return 0, 0, fmt.Errorf("%q: range is descending", e)
-		}
-	}
-	return lo, hi, nil
-}
-
-var errBadCode = errors.New("not a status code from 100 to 599")
-
-func parseCode(s string) (int, error) {
-	if len(s) != 3 {
-		return 0, errBadCode
-	}
-	n := 0
-	for i := 0; i < 3; i++ {
-		c := s[i]
-		if c < '0' || c > '9' {
-			return 0, errBadCode
-		}
-		n = n*10 + int(c-'0')
-	}
-	if n < 100 || n > 599 {
-		return 0, errBadCode
-	}
-	return n, nil
-}
-
-// caPools caches parsed caCert PEMs: probes repeat every period with the same PEM.
-var caPools = struct {
-	sync.Mutex
-	m map[string]*x509.CertPool
-}{m: map[string]*x509.CertPool{}}
-
-const maxCachedCAs = 256
-
-func caPool(pemData string) (*x509.CertPool, error) {
-	caPools.Lock()
-	defer caPools.Unlock()
-	if pool, ok := caPools.m[pemData]; ok {
-		return pool, nil
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM([]byte(pemData)) {
-		return nil, errors.New("no PEM certificate found")
-	}
-	if len(caPools.m) >= maxCachedCAs {
-		clear(caPools.m)
-	}
-	caPools.m[pemData] = pool
-	return pool, nil
-}
-
-// certificateReason names a server certificate that failed verification, for the HTTPS and
-// PostgreSQL probers alike.
-func certificateReason(err error) (string, bool) {
-	var (
-		unknownAuthority x509.UnknownAuthorityError
-		hostname         x509.HostnameError
-		invalid          x509.CertificateInvalidError
-	)
-	switch {
-	case errors.As(err, &unknownAuthority):
-		return "TLS: certificate signed by unknown authority", true
-	case errors.As(err, &hostname):
-		return "TLS: certificate is not valid for " + hostname.Host, true
-	case errors.As(err, &invalid):
-		return "TLS: " + invalid.Error(), true
-	}
-	return "", false
-}
-
-// tlsReason turns a handshake error into "TLS: ...".
-func tlsReason(ctx context.Context, err error, timeout time.Duration) string {
-	if reason, ok := limitReason(err); ok {
-		return reason
-	}
-	if reason, ok := certificateReason(err); ok {
-		return reason
-	}
-	var recordHeader tls.RecordHeaderError
-	switch {
-	case errors.As(err, &recordHeader) && strings.HasPrefix(recordHeader.Msg, "oversized record"):
-		// crypto/tls's own bound on a record: 16 KiB of payload plus 2 KiB (256 bytes in TLS 1.3).
-		return "TLS: " + recordHeader.Msg + " (over crypto/tls's record limit)"
-	case errors.As(err, &recordHeader):
-		return "TLS: server did not answer with TLS"
-	case isTimeout(err), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return "TLS handshake: " + netReason(ctx, err, timeout)
-	}
-	var opErr *net.OpError
-	if errors.As(err, &opErr) {
-		return "TLS handshake: " + netReason(ctx, err, timeout)
-	}
-	return "TLS: " + strings.TrimPrefix(err.Error(), "tls: ")
-}

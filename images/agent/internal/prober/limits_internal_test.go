@@ -13,21 +13,21 @@ import (
 func TestServerTextIsCleanedAndCut(t *testing.T) {
 	cases := map[string]struct {
 		in, want string
-		max      int
+		maxBytes int
 	}{
-		"a short message is kept":                     {in: `relation "t" does not exist`, max: 200, want: `relation "t" does not exist`},
-		"a message of exactly the bound is kept":      {in: strings.Repeat("a", 10), max: 10, want: strings.Repeat("a", 10)},
-		"a longer message is cut and marked":          {in: strings.Repeat("a", 11), max: 10, want: strings.Repeat("a", 7) + "…"},
-		"control characters become spaces":            {in: "line one\nline two\x00\x1b[31m", max: 200, want: "line one line two  [31m"},
-		"invalid UTF-8 becomes a replacement":         {in: "bad \xff byte", max: 200, want: "bad \uFFFD byte"},
-		"a cut never splits a character":              {in: strings.Repeat("\u044f", 10), max: 10, want: "\u044f\u044f\u044f…"},
-		"the ellipsis fits within the bound when cut": {in: strings.Repeat("ab", 300), max: 200, want: strings.Repeat("ab", 98) + "a…"},
+		"a short message is kept":                     {in: `relation "t" does not exist`, maxBytes: 200, want: `relation "t" does not exist`},
+		"a message of exactly the bound is kept":      {in: strings.Repeat("a", 10), maxBytes: 10, want: strings.Repeat("a", 10)},
+		"a longer message is cut and marked":          {in: strings.Repeat("a", 11), maxBytes: 10, want: strings.Repeat("a", 7) + "…"},
+		"control characters become spaces":            {in: "line one\nline two\x00\x1b[31m", maxBytes: 200, want: "line one line two  [31m"},
+		"invalid UTF-8 becomes a replacement":         {in: "bad \xff byte", maxBytes: 200, want: "bad \uFFFD byte"},
+		"a cut never splits a character":              {in: strings.Repeat("\u044f", 10), maxBytes: 10, want: "\u044f\u044f\u044f…"},
+		"the ellipsis fits within the bound when cut": {in: strings.Repeat("ab", 300), maxBytes: 200, want: strings.Repeat("ab", 98) + "a…"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := serverText(tc.in, tc.max)
+			got := serverText(tc.in, tc.maxBytes)
 			assert.Equal(t, tc.want, got)
-			assert.LessOrEqual(t, len(got), tc.max)
+			assert.LessOrEqual(t, len(got), tc.maxBytes)
 		})
 	}
 }

@@ -5,15 +5,12 @@ package prober
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -23,208 +20,75 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/credentials"
 )
 
-// defaultPostgreSQLUser is the role used when a probe names no credential Secret.
-const defaultPostgreSQLUser = "postgres"
-
-// applicationName is shown in pg_stat_activity for the probe's sessions.
-const applicationName = "service-with-healthchecks-probe"
-
-// requireSCRAM is the authentication policy unless TLS proves which server answers (tlsMode
-// VerifyAll): only SCRAM (which never reveals the password) or no password exchange at all
-// (trust, certificates). A server asking for a clear-text or MD5 password is refused before
-// anything is sent.
-const requireSCRAM = "scram-sha-256,none"
-
-// pgTemplate is parsed once: pgconn.ConnectConfig only takes configs made by ParseConfig, and
-// parsing reads the environment and the password file. Every field that matters is set again
-// per probe. An error (e.g. a PGSERVICE in the environment that names no service) makes every
-// PostgreSQL probe return it instead of crashing the agent at start.
-var pgTemplate = sync.OnceValues(func() (*pgconn.Config, error) {
-	cfg, err := pgconn.ParseConfig("host=127.0.0.1 port=5432 user=postgres dbname=postgres sslmode=disable")
-	if err != nil {
-		return nil, fmt.Errorf("parsing the PostgreSQL template config (check PG* environment variables): %w", err)
-	}
-	return cfg, nil
-})
-
 // probePostgreSQL connects to addr with the probe's credentials, runs the query in a read-only
 // transaction with a server-side statement timeout, and judges the first value of the first row.
-// The connection is closed afterwards (no reuse, see development/PROBES.md).
+// The connection is closed afterwards (no reuse, see development/PROBES.md). The steps: look
+// up the credentials, build the config (pure, pgconfig.go), connect, query, judge.
 func (p *Prober) probePostgreSQL(ctx context.Context, pg *v1alpha1.PostgreSQLProbe, namespace string, addr netip.AddrPort, timeout time.Duration) (Result, error) {
-	query := pg.Query
-	if strings.TrimSpace(query) == "" {
-		query = v1alpha1.DefaultPostgreSQLQuery
+	creds, res, ok := p.pgCredentials(namespace, pg.AuthSecretName)
+	if !ok {
+		return res, nil
 	}
-	dbName := pg.DBName
-	if dbName == "" {
-		dbName = v1alpha1.DefaultPostgreSQLDBName
-	}
-	var creds *credentials.Credentials
-	if pg.AuthSecretName != "" {
-		if p.creds == nil {
-			return failure(fmt.Sprintf("credentials Secret %s/%s: no credential store", namespace, pg.AuthSecretName)), nil
-		}
-		c, err := p.creds.Lookup(namespace, pg.AuthSecretName)
-		if errors.Is(err, credentials.ErrLoading) {
-			return Result{Outcome: Deferred, Reason: err.Error()}, nil
-		}
-		if err != nil {
-			return failure(err.Error()), nil
-		}
-		creds = c
-	}
-
 	tmpl, err := pgTemplate()
 	if err != nil {
 		return Result{}, err
 	}
-	cfg := tmpl.Copy()
-	cfg.Host = addr.Addr().String()
-	cfg.Port = addr.Port()
-	cfg.Database = dbName
-	cfg.User = defaultPostgreSQLUser
-	cfg.Password = ""
-	cfg.ConnectTimeout = 0 // ctx carries the deadline.
-	cfg.Fallbacks = nil
-	cfg.ValidateConnect = nil
-	cfg.AfterConnect = nil
-	cfg.RuntimeParams = map[string]string{"application_name": applicationName}
-	cfg.RequireAuth = requireSCRAM
-	cfg.TLSConfig = nil
-	cfg.SSLNegotiation = ""
-	// pgproto3 allocates the length a message declares before reading it (1 GiB by default).
-	cfg.MaxProtocolMessageBodyLen = maxPostgreSQLMessageBytes
-	// Only ever dial the pod: ignore whatever address pgconn asks for. Everything pgconn reads
-	// (TLS included) goes through the per-probe bound.
-	cfg.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) {
-		c, err := dial(ctx, addr)
-		if err != nil {
-			return nil, err
-		}
-		return newLimitedConn(c), nil
-	}
-	cfg.LookupFunc = func(context.Context, string) ([]string, error) { return []string{addr.Addr().String()}, nil }
-	if creds != nil {
-		cfg.User = creds.User
-		cfg.Password = creds.Password()
-		if creds.VerifiesServer() {
-			// The server proved who it is: any password method may be used.
-			cfg.RequireAuth = ""
-		}
-		cfg.TLSConfig = pgTLSConfig(creds, addr)
-	}
-
-	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	conn, err := pgconn.ConnectConfig(ctx, pgConfig(tmpl, addr, pgDBName(pg.DBName), creds))
 	if err != nil {
 		return failure(pgConnectReason(ctx, err, timeout, creds)), nil
 	}
-	defer func() {
-		// Terminate politely when there is time left; Close always closes the socket.
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 100*time.Millisecond)
-		defer cancel()
-		_ = conn.Close(closeCtx)
-	}()
+	defer closePostgreSQL(ctx, conn)
+	return runQuery(ctx, conn, pgQuery(pg.Query), timeout), nil
+}
 
-	// The server enforces the deadline too, so a slow query is cancelled on the server rather
-	// than left running after we hang up. It fires a little before our own deadline so its
-	// error, not a client timeout, is what we report.
-	stmtTimeout := time.Second
-	if deadline, ok := ctx.Deadline(); ok {
-		stmtTimeout = time.Until(deadline) * 9 / 10
+// pgCredentials returns the parsed Secret a probe names (nil when it names none), or, when
+// ok is false, the result of the probe without it: a failure that names the problem, or
+// Deferred while the Secret is still loading.
+func (p *Prober) pgCredentials(namespace, name string) (creds *credentials.Credentials, res Result, ok bool) {
+	if name == "" {
+		return nil, Result{}, true
 	}
-	stmtTimeout = max(stmtTimeout, time.Millisecond)
-	begin := "BEGIN READ ONLY; SET LOCAL statement_timeout = " + strconv.FormatInt(stmtTimeout.Milliseconds(), 10)
-	if err := conn.Exec(ctx, begin).Close(); err != nil {
-		return failure("starting read-only transaction: " + pgQueryReason(ctx, err, timeout)), nil
+	if p.creds == nil {
+		return nil, failure(fmt.Sprintf("credentials Secret %s/%s: no credential store", namespace, name)), false
+	}
+	c, err := p.creds.Lookup(namespace, name)
+	if errors.Is(err, credentials.ErrLoading) {
+		return nil, Result{Outcome: Deferred, Reason: err.Error()}, false
+	}
+	if err != nil {
+		return nil, failure(err.Error()), false
+	}
+	return c, Result{}, true
+}
+
+// closePostgreSQL terminates the session politely when there is time left; Close always
+// closes the socket.
+func closePostgreSQL(ctx context.Context, conn *pgconn.PgConn) {
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 100*time.Millisecond)
+	defer cancel()
+	_ = conn.Close(closeCtx)
+}
+
+// runQuery runs query in a read-only transaction (beginReadOnly) and judges its first row.
+func runQuery(ctx context.Context, conn *pgconn.PgConn, query string, timeout time.Duration) Result {
+	deadline, hasDeadline := ctx.Deadline()
+	if err := conn.Exec(ctx, beginReadOnly(time.Until(deadline), hasDeadline)).Close(); err != nil {
+		return failure("starting read-only transaction: " + pgQueryReason(ctx, err, timeout))
 	}
 	// The extended protocol runs exactly one statement, so the query cannot end the read-only
 	// transaction and write after it.
 	rr := conn.ExecParams(ctx, query, nil, nil, nil, nil)
-	var (
-		gotRow  bool
-		isNull  bool
-		noField bool
-		value   string
-	)
+	// The row's values are valid until Close: the verdict is made before it.
+	var verdict Result
 	if rr.NextRow() {
-		gotRow = true
-		vals := rr.Values()
-		switch {
-		case len(vals) == 0:
-			noField = true
-		case vals[0] == nil:
-			isNull = true
-		default:
-			value = string(vals[0])
-		}
+		verdict = queryVerdict(true, rr.Values())
+	} else {
+		verdict = queryVerdict(false, nil)
 	}
 	if _, err := rr.Close(); err != nil {
-		return failure(pgQueryReason(ctx, err, timeout)), nil
+		return failure(pgQueryReason(ctx, err, timeout))
 	}
-	switch {
-	case !gotRow:
-		return failure("query returned no rows"), nil
-	case noField:
-		return failure("query returned no columns"), nil
-	case isNull:
-		return failure("query returned NULL"), nil
-	}
-	if falseLike(value) {
-		v := strings.TrimSpace(value)
-		if strings.EqualFold(v, "f") || strings.EqualFold(v, "false") {
-			return failure("query returned false"), nil
-		}
-		return failure("query returned false (" + v + ")"), nil
-	}
-	return success("query returned a true value"), nil
-}
-
-// falseLike reports the values that fail a query: f, false, 0, no, off (any case).
-func falseLike(v string) bool {
-	v = strings.TrimSpace(v)
-	for _, f := range [...]string{"f", "false", "0", "no", "off"} {
-		if strings.EqualFold(v, f) {
-			return true
-		}
-	}
-	return false
-}
-
-// pgTLSConfig builds the TLS setup of a tlsMode; nil for Disabled.
-func pgTLSConfig(c *credentials.Credentials, addr netip.AddrPort) *tls.Config {
-	var cfg *tls.Config
-	switch c.TLSMode {
-	case credentials.TLSSkipVerification:
-		cfg = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // The Secret asks for it.
-	case credentials.TLSVerifyCA:
-		// Verify the chain, not the name (libpq's verify-ca).
-		roots := c.RootCAs
-		cfg = &tls.Config{
-			InsecureSkipVerify: true, //nolint:gosec // Verified below.
-			VerifyConnection: func(cs tls.ConnectionState) error {
-				if len(cs.PeerCertificates) == 0 {
-					return errors.New("server sent no certificate")
-				}
-				inter := x509.NewCertPool()
-				for _, ic := range cs.PeerCertificates[1:] {
-					inter.AddCert(ic)
-				}
-				_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter})
-				return err
-			},
-		}
-	case credentials.TLSVerifyAll:
-		// The certificate must chain to caCert and name the pod IP (an IP SAN): the probe dials
-		// the IP, so the IP is the identity it can check.
-		cfg = &tls.Config{RootCAs: c.RootCAs, ServerName: addr.Addr().String()}
-	default:
-		return nil
-	}
-	cfg.MinVersion = tls.VersionTLS12
-	if c.ClientCertificate != nil {
-		cfg.Certificates = []tls.Certificate{*c.ClientCertificate}
-	}
-	return cfg
+	return verdict
 }
 
 // pgConnectReason classifies a failed connection; creds is nil when the probe names no Secret.
