@@ -172,14 +172,14 @@ func exitText(err error) string {
 	return err.Error()
 }
 
-// Output is the last max bytes of the program's output: of its log file, or of what was kept
+// Output is the last limit bytes of the program's output: of its log file, or of what was kept
 // in memory; "" when the output went to writers of the caller's.
-func (p *Process) Output(max int64) string {
+func (p *Process) Output(limit int64) string {
 	switch {
 	case p.opts.LogFile != "":
-		return Tail(p.opts.LogFile, max)
+		return Tail(p.opts.LogFile, limit)
 	case p.out != nil:
-		return tailString(p.out.String(), max)
+		return tailString(p.out.String(), limit)
 	}
 	return ""
 }

@@ -8,9 +8,9 @@ import (
 	"os"
 )
 
-// Tail returns the last max bytes of a file, after a "[...]" line when it is longer; an error
+// Tail returns the last limit bytes of a file, after a "[...]" line when it is longer; an error
 // reading it is returned as the text.
-func Tail(path string, max int64) string {
+func Tail(path string, limit int64) string {
 	f, err := os.Open(path)
 	if err != nil {
 		return err.Error()
@@ -20,7 +20,7 @@ func Tail(path string, max int64) string {
 	if err != nil {
 		return err.Error()
 	}
-	off := st.Size() - max
+	off := st.Size() - limit
 	prefix := ""
 	if off > 0 {
 		prefix = "[...]\n"
@@ -38,9 +38,9 @@ func Tail(path string, max int64) string {
 }
 
 // tailString is Tail of a text held in memory.
-func tailString(s string, max int64) string {
-	if int64(len(s)) <= max {
+func tailString(s string, limit int64) string {
+	if int64(len(s)) <= limit {
 		return s
 	}
-	return "[...]\n" + s[int64(len(s))-max:]
+	return "[...]\n" + s[int64(len(s))-limit:]
 }
