@@ -2,7 +2,8 @@
 # Copyright The service-with-healthchecks Authors.
 # SPDX-License-Identifier: Apache-2.0
 # Runs every benchmark suite in a fixed order and prints one markdown report to stdout
-# (`make bench`). Results worth keeping go to development/BENCHMARKS.md by hand, with the machine load.
+# (`make bench`). Results worth keeping go to development/BENCHMARKS-HISTORY.md by hand, with the
+# machine load; headline figures to the results table of development/BENCHMARKS.md.
 #
 # Contract for a suite (one folder per suite, bench/<suite>/run.sh):
 #   - Order: probes, capacity, publish, writes, amplification, agentcache, scale, fleet, noisy-neighbour. A suite whose run.sh is

@@ -7,7 +7,7 @@
 // that keep changing at a steady rate. It reports the agent's resident memory and its CPU time
 // over a fixed window for each count, and, given a second build (-baseline), the same for it,
 // alternating the two builds round by round. It prints a markdown section
-// (development/BENCHMARKS.md, "Agent cost of other nodes").
+// (development/BENCHMARKS-HISTORY.md, "Agent cost of other nodes").
 package main
 
 import (

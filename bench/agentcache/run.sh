@@ -6,7 +6,7 @@
 # one node and reports its RSS and its CPU time over a window in which some of those slices
 # change. With AGENTCACHE_BASELINE=<git revision> it also builds the agent of that revision (in a
 # temporary worktree) and alternates the two. Prints a markdown section
-# (development/BENCHMARKS.md, "Agent cost of other nodes") on stdout; progress goes to stderr.
+# (development/BENCHMARKS-HISTORY.md, "Agent cost of other nodes") on stdout; progress goes to stderr.
 # No root needed. Heavy (50 000 slices): not part of `make test`.
 #
 #   bench/agentcache/run.sh                                   # counts 0,10000,50000, 3 rounds

@@ -10,7 +10,7 @@
 // ownership signal (status.clusterIP set or cleared), pod label changes on a pod no resource
 // selects and on selected pods, spec edits, and EndpointSlice writes of other nodes. It reads
 // the agent's own controller_runtime_reconcile_total{controller="agent"} before and after each
-// event and prints a markdown section (development/BENCHMARKS.md, "Reconcile amplification").
+// event and prints a markdown section (development/BENCHMARKS-HISTORY.md, "Reconcile amplification").
 //
 // Every event is followed by a fence: a write through the same informer (watch events of one
 // resource type arrive in order) that costs exactly one reconcile of a resource with nothing

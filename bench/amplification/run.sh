@@ -7,7 +7,7 @@
 # controller_runtime_reconcile_total) per cause: status writes with and without an ownership
 # change, pod label changes on unselected and selected pods, spec edits, other nodes'
 # EndpointSlice writes. stdout gets the markdown section (bench/run.sh), progress goes to
-# stderr. Results: development/BENCHMARKS.md, "Reconcile amplification".
+# stderr. Results: development/BENCHMARKS-HISTORY.md, "Reconcile amplification".
 #
 #   bench/amplification/run.sh                          # 10 events per phase: about 5 min
 #   AMPLIFICATION_EVENTS=4 bench/amplification/run.sh   # a quick look

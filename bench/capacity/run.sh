@@ -10,7 +10,7 @@
 # alone. Every case runs in a fresh process (peak RSS is a high-water mark), the probers in
 # alternation, CAPACITY_ROUNDS times; stdout gets the medians as a markdown section
 # (bench/run.sh), raw benchmark lines go to stderr. Results and the columns:
-# development/BENCHMARKS.md, "Probe capacity".
+# development/BENCHMARKS-HISTORY.md, "Probe capacity".
 #
 #   bench/capacity/run.sh       # 3 rounds x {tcp,http} x {1000,5000,10000} x {agent,kubelet,floor}: about 24 min
 #   CAPACITY_ROUNDS=1 CAPACITY_SIZES=10000 CAPACITY_MODES=tcp CAPACITY_KUBELET=0 bench/capacity/run.sh

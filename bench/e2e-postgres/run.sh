@@ -5,7 +5,7 @@
 # real programs on the cluster harness, a PostgreSQL primary and replica in pods, db-write from
 # docs/examples/; each round promotes the replica, stops the old primary and measures how long
 # until every new connection through the ClusterIP reaches the new primary. Needs root and
-# PostgreSQL 15 (make deps). Results go to development/BENCHMARKS.md ("End-to-end: PostgreSQL switch").
+# PostgreSQL 15 (make deps). Results go to development/BENCHMARKS-HISTORY.md ("End-to-end: PostgreSQL switch").
 #
 #   bench/e2e-postgres/run.sh            # ROUNDS=5 failovers
 #   ROUNDS=3 bench/e2e-postgres/run.sh

@@ -9,7 +9,7 @@
 // endpoints of some nodes whose Leases stop, the same steady state while they are stale, and a
 // burst of many resources created at once (time until every status is set, writes per
 // resource, RSS). Given a second build (-baseline), it alternates the two, round by round, each
-// on a fresh control plane. It prints a markdown section (development/BENCHMARKS.md,
+// on a fresh control plane. It prints a markdown section (development/BENCHMARKS-HISTORY.md,
 // "Controller at cluster scale").
 package main
 

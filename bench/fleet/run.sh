@@ -9,7 +9,7 @@
 # steady state while they are stale, and FLEET_BURST resources created at once (time until every
 # status is set, writes per resource, RSS). With FLEET_BASELINE=<git revision> it also builds the
 # controller of that revision (in a temporary worktree) and alternates the two builds round by
-# round. Prints a markdown section (development/BENCHMARKS.md, "Controller at cluster scale") on
+# round. Prints a markdown section (development/BENCHMARKS-HISTORY.md, "Controller at cluster scale") on
 # stdout; progress goes to stderr. No root needed.
 #
 # Heavy with its defaults (1,000 nodes, 10,000 slices, 10,000 resources at once: most of an

@@ -29,7 +29,7 @@ const gcPoll = 2 * time.Second
 
 // gcOverlap is how long after a sample's watch event a GC cycle may end and still count as
 // overlapping that sample: the cycle's concurrent mark runs before its end, and the series
-// gives only the end. Measured on the 2-vCPU VM of development/BENCHMARKS.md: every sample of
+// gives only the end. Measured on the 2-vCPU VM of development/BENCHMARKS-HISTORY.md: every sample of
 // either side over 40 ms at 1,000 endpoints had the next GC end during it or at most 0.14 s
 // after its event, or more than 1 s after it.
 const gcOverlap = 250 * time.Millisecond

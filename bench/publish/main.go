@@ -5,7 +5,7 @@
 // change a watcher sees, for the agent program (images/agent/cmd/agent) and, side by side on
 // the same API server, for kube-controller-manager's EndpointSlice controller reacting to a
 // pod's Ready condition. It runs as root inside the isolated namespaces of testkit/cluster and
-// prints a markdown section. See development/BENCHMARKS.md ("Publish latency").
+// prints a markdown section. See development/BENCHMARKS-HISTORY.md ("Publish latency").
 package main
 
 import (

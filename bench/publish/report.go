@@ -140,7 +140,7 @@ func reportGC(p func(string, ...any), rs []sizeResult) {
 }
 
 // writeSamples writes every sample as a CSV line, for a closer look at the tail (the stage
-// breakdown in development/BENCHMARKS.md joins them with the agent's timestamps).
+// breakdown in development/BENCHMARKS-HISTORY.md joins them with the agent's timestamps).
 func writeSamples(path string, rs []sizeResult) error {
 	var b strings.Builder
 	b.WriteString("side,endpoints,round,address,ready,start_unix_ns,event_unix_ns,latency_ns,phase_ns,get_ns\n")

@@ -5,7 +5,7 @@
 # one API server, the agent (decisive probe → EndpointSlice watch event) and
 # kube-controller-manager's EndpointSlice controller (the kubelet's status writes → watch event) with
 # SIZES endpoints on a node. Needs root (network namespaces; the benchmark isolates itself like
-# the testkit/cluster tests). Prints a markdown section (development/BENCHMARKS.md, "Publish latency")
+# the testkit/cluster tests). Prints a markdown section (development/BENCHMARKS-HISTORY.md, "Publish latency")
 # on stdout; progress goes to stderr.
 #
 #   bench/publish/run.sh                          # SIZES=100,1000 SAMPLES=100 ROUNDS=3

@@ -6,7 +6,7 @@
 // range is a /16. Each round starts a fresh control plane and a fresh controller process, then
 // reports the time until every child Service exists and every status is set, the controller's
 // peak RSS and CPU time, and the API writes per resource. It prints a markdown section.
-// See development/BENCHMARKS.md ("Controller scale").
+// See development/BENCHMARKS-HISTORY.md ("Controller scale").
 package main
 
 import (

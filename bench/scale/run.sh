@@ -4,7 +4,7 @@
 # Controller scale: builds the controller program and this benchmark, then creates RESOURCES
 # ServiceWithHealthchecks at once against a fresh kube-apiserver (--service-cluster-ip-range a
 # /16) ROUNDS times, with a fresh controller process each round. Prints a markdown section
-# (development/BENCHMARKS.md, "Controller scale") on stdout; progress goes to stderr. No root needed.
+# (development/BENCHMARKS-HISTORY.md, "Controller scale") on stdout; progress goes to stderr. No root needed.
 #
 #   bench/scale/run.sh                          # RESOURCES=1000 ROUNDS=3
 #   RESOURCES=200 ROUNDS=1 bench/scale/run.sh

@@ -84,6 +84,15 @@ func TestFromTheDocumentedModuleConfigsToTheRenderedChart(t *testing.T) {
 			got, ok := bundle.Flag(bundle.Container(spec, "controller"), "log-level")
 			require.True(t, ok)
 			assert.Equal(t, tc.wantLogLevel, got)
+			for flag, setting := range map[string]string{"kube-api-qps": "kubeAPIQPS", "kube-api-burst": "kubeAPIBurst"} {
+				got, ok := bundle.Flag(bundle.Container(spec, "controller"), flag)
+				require.True(t, ok, flag)
+				want := defaultCtrlAPI[flag]
+				if s, ok := tc.mc.Spec.Settings["controller"].(map[string]any); ok && s[setting] != nil {
+					want = fmt.Sprint(s[setting])
+				}
+				assert.Equal(t, want, got, "controller --%s", flag)
+			}
 			agent, err := objs.DaemonSet(bundle.Namespace, "agent")
 			require.NoError(t, err)
 			for flag, setting := range map[string]string{"probe-concurrency": "probeConcurrency", "kube-api-qps": "kubeAPIQPS", "kube-api-burst": "kubeAPIBurst"} {

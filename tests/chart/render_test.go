@@ -60,6 +60,7 @@ type valueSetCase struct {
 	wantLogLevel     string
 	wantAgentFlags   map[string]string
 	wantLostGrace    string
+	wantCtrlAPI      map[string]string // the controller's --kube-api-qps and --kube-api-burst
 	wantCredentials  map[string][]string
 }
 
@@ -69,6 +70,9 @@ var systemTolerations = []corev1.Toleration{
 }
 
 var defaultAgentFlags = map[string]string{"probe-concurrency": "64", "kube-api-qps": "20", "kube-api-burst": "40", "lease-renew-interval": "10s"}
+
+// defaultCtrlAPI are the controller's own defaults (images/controller/internal/config).
+var defaultCtrlAPI = map[string]string{"kube-api-qps": "50", "kube-api-burst": "100"}
 
 // ValueSets are the configurations the chart is rendered with, here and in the cluster tests.
 func valueSets() map[string]valueSetCase {
@@ -80,6 +84,7 @@ func valueSets() map[string]valueSetCase {
 			wantLogLevel:    "info",
 			wantAgentFlags:  defaultAgentFlags,
 			wantLostGrace:   "40s",
+			wantCtrlAPI:     defaultCtrlAPI,
 		},
 		bundle.SetSingle: {
 			wantCounts:      with(baseCounts(), platformObjects),
@@ -88,6 +93,7 @@ func valueSets() map[string]valueSetCase {
 			wantLogLevel:    "info",
 			wantAgentFlags:  defaultAgentFlags,
 			wantLostGrace:   "40s",
+			wantCtrlAPI:     defaultCtrlAPI,
 		},
 		bundle.SetCredentials: {
 			wantCounts:      with(baseCounts(), with(map[string]int{"Role": 2, "RoleBinding": 2}, platformObjects)),
@@ -96,6 +102,7 @@ func valueSets() map[string]valueSetCase {
 			wantLogLevel:    "info",
 			wantAgentFlags:  defaultAgentFlags,
 			wantLostGrace:   "40s",
+			wantCtrlAPI:     defaultCtrlAPI,
 			wantCredentials: map[string][]string{bundle.CredentialsNSA: {"pg-main", "pg-replica"}, bundle.CredentialsNSB: {"orders-db"}},
 		},
 		bundle.SetPlacement: {
@@ -108,6 +115,7 @@ func valueSets() map[string]valueSetCase {
 			wantLogLevel:   "info",
 			wantAgentFlags: defaultAgentFlags,
 			wantLostGrace:  "40s",
+			wantCtrlAPI:    defaultCtrlAPI,
 		},
 		bundle.SetSystemNodes: {
 			wantCounts:       with(baseCounts(), platformObjects),
@@ -117,6 +125,7 @@ func valueSets() map[string]valueSetCase {
 			wantLogLevel:     "info",
 			wantAgentFlags:   defaultAgentFlags,
 			wantLostGrace:    "40s",
+			wantCtrlAPI:      defaultCtrlAPI,
 		},
 		bundle.SetDebug: {
 			wantCounts:      with(baseCounts(), platformObjects),
@@ -125,6 +134,7 @@ func valueSets() map[string]valueSetCase {
 			wantLogLevel:    "debug",
 			wantAgentFlags:  map[string]string{"probe-concurrency": "200", "kube-api-qps": "50", "kube-api-burst": "100", "lease-renew-interval": "10s"},
 			wantLostGrace:   "1m30s",
+			wantCtrlAPI:     map[string]string{"kube-api-qps": "200", "kube-api-burst": "400"},
 		},
 		// The grace of 8s reaches the controller, and the interval the settings hook derives from
 		// it (a quarter, hooks/settings) the agents.
@@ -135,6 +145,7 @@ func valueSets() map[string]valueSetCase {
 			wantLogLevel:    "info",
 			wantAgentFlags:  withFlags(defaultAgentFlags, map[string]string{"lease-renew-interval": "2s"}),
 			wantLostGrace:   "8s",
+			wantCtrlAPI:     defaultCtrlAPI,
 		},
 		bundle.SetNoPlatform: {
 			wantCounts:      baseCounts(),
@@ -143,6 +154,7 @@ func valueSets() map[string]valueSetCase {
 			wantLogLevel:    "info",
 			wantAgentFlags:  defaultAgentFlags,
 			wantLostGrace:   "40s",
+			wantCtrlAPI:     defaultCtrlAPI,
 		},
 		// The deliveries change images and pull credentials only (images_test.go).
 		// with the module's registry Secret beside the platform's
@@ -169,6 +181,7 @@ func defaultsCase(counts map[string]int) valueSetCase {
 		wantLogLevel:    "info",
 		wantAgentFlags:  defaultAgentFlags,
 		wantLostGrace:   "40s",
+		wantCtrlAPI:     defaultCtrlAPI,
 	}
 }
 
@@ -233,6 +246,8 @@ func assertController(t *testing.T, tc valueSetCase, set bundle.ValueSet, d *app
 		"agent-lost-grace":          tc.wantLostGrace,
 		"log-level":                 tc.wantLogLevel,
 		"metrics-bind-address":      "127.0.0.1:8080",
+		"kube-api-qps":              tc.wantCtrlAPI["kube-api-qps"],
+		"kube-api-burst":            tc.wantCtrlAPI["kube-api-burst"],
 	} {
 		got, ok := bundle.Flag(c, flag)
 		assert.True(t, ok, "flag --%s", flag)

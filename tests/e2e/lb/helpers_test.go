@@ -208,7 +208,7 @@ func (k *keptConn) get(ctx context.Context) (pod string, reused bool, err error)
 }
 
 // figures logs one line of measured figures (run with -v; collected into
-// development/BENCHMARKS.md, "End-to-end: external load balancers").
+// development/BENCHMARKS-HISTORY.md, "End-to-end: external load balancers").
 func figures(t *testing.T, scenario string, kv ...any) {
 	t.Helper()
 	var b strings.Builder

@@ -17,7 +17,7 @@
 // health check, and the load balancer leaves it, before the pod stops accepting connections,
 // while connections routed to it before complete; an agent restart and a controller leader
 // change never fail a node's health check. The scenarios are described in development/E2E.md
-// ("External load balancers"), the measured times in development/BENCHMARKS.md
+// ("External load balancers"), the measured times in development/BENCHMARKS-HISTORY.md
 // ("End-to-end: external load balancers").
 package lb_test
 

@@ -16,7 +16,7 @@
 //     bound, and no request fails once it has left.
 //
 // The bound, the windows and what is measured are described in development/E2E.md ("PostgreSQL");
-// the median switch time is in development/BENCHMARKS.md ("End-to-end: PostgreSQL switch").
+// the median switch time is in development/BENCHMARKS-HISTORY.md ("End-to-end: PostgreSQL switch").
 package postgres_test
 
 import (

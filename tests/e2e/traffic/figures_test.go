@@ -11,7 +11,7 @@ import (
 
 // record logs one line of figures per scenario (run with -v to see it): every request of the
 // loop, the requests inside the scenario's window, and the failed ones of each. The figures in
-// development/BENCHMARKS.md ("End-to-end: zero-failure scenarios") are collected from these lines.
+// development/BENCHMARKS-HISTORY.md ("End-to-end: zero-failure scenarios") are collected from these lines.
 func record(t *testing.T, scenario string, all, window cluster.Results) {
 	t.Helper()
 	t.Logf("FIGURES scenario=%q requests=%d failed=%d window_requests=%d window_failed=%d",

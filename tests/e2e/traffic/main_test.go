@@ -11,7 +11,7 @@
 // Each loop spans its event by timestamps and must send at least minInWindow requests inside
 // the window; "zero failed requests" is exactly zero. The scenarios and what they simulate are
 // described in development/E2E.md ("Traffic scenarios"); the counts of several runs are in
-// development/BENCHMARKS.md.
+// development/BENCHMARKS-HISTORY.md.
 package traffic_test
 
 import (

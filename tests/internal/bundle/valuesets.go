@@ -258,6 +258,7 @@ func ValueSets() map[string]ValueSet {
 			Settings: map[string]any{
 				"logLevel":       "Debug",
 				"agentLostGrace": "1m30s",
+				"controller":     map[string]any{"kubeAPIQPS": 200, "kubeAPIBurst": 400},
 				"agent":          map[string]any{"probeConcurrency": 200, "kubeAPIQPS": 50, "kubeAPIBurst": 100},
 			},
 			EnabledModules: AllPlatformModules,
