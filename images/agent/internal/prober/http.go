@@ -151,8 +151,8 @@ func statusVerdict(code int, codes []string) Result {
 
 // The buffers of HTTP probes, reused from probe to probe: allocated for each one, the reader's
 // and the writer's 4 KiB were more than half of an HTTP probe's garbage, which at thousands of
-// probes a second sets the pace of the agent's garbage collector (development/BENCHMARKS.md,
-// "HTTP probe buffers"). A buffer returns to its pool reset: nothing of one pod's answer can
+// probes a second sets the pace of the agent's garbage collector
+// (development/BENCHMARKS-HISTORY.md, "HTTP probe buffers"). A buffer returns to its pool reset: nothing of one pod's answer can
 // be read by the next probe.
 var (
 	probeReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4<<10) }}

@@ -16,7 +16,7 @@ import (
 // connect, one ppoll with a zero timeout, close. net.Dialer does about twice as many for the
 // same (the address lookup, getsockname, getpeername, TCP_NODELAY, epoll registration and
 // removal, a context and a goroutine hand-over), which was a third of a TCP probe's user-space
-// CPU (development/BENCHMARKS.md, "Probe capacity"). On loopback and on a local pod's veth the
+// CPU (development/BENCHMARKS-HISTORY.md, "Probe capacity"). On loopback and on a local pod's veth the
 // handshake is done when connect returns, and the probe ends there. Otherwise (a remote address,
 // a busy kernel, a port that drops SYNs) it waits in Go's poller like net.Dialer does, cut at
 // deadline or when ctx ends (waitConnect).
