@@ -47,6 +47,11 @@ func TestForgedSliceForTheAPIServersServiceIsRefused(t *testing.T) {
 	enforcePolicies(t)
 	tenant := env.CreateNamespaceForTest(t, "tenant")
 	a := podClient(t, "agent", nodeA)
+	// On a chart without the rule the forged slices are admitted: remove them for the other tests.
+	t.Cleanup(func() {
+		_ = env.Client.DeleteAllOf(context.WithoutCancel(t.Context()), &discoveryv1.EndpointSlice{}, client.InNamespace("default"),
+			client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes", discoveryv1.LabelManagedBy: slicemeta.ManagedBy})
+	})
 
 	runWrites(t, a, map[string]writeCase{
 		"the honest slice of its own node is admitted": {do: func(ctx context.Context, c client.Client) error {
@@ -205,7 +210,9 @@ func TestForgedEndpointRuleLeavesNoAgentStuckOnASliceWrittenBeforeIt(t *testing.
 			return c.Delete(ctx, s, client.Preconditions{UID: &s.UID, ResourceVersion: &s.ResourceVersion})
 		}},
 		"it deletes a legacy slice for default/kubernetes": {do: func(ctx context.Context, c client.Client) error {
-			s := created(t, forgedKubernetesSlice(nodeA))
+			s := forgedKubernetesSlice(nodeA)
+			s.Name = "kubernetes-old-" + nodeA
+			created(t, s)
 			if err := c.Delete(ctx, s); err != nil {
 				return err
 			}
