@@ -34,7 +34,8 @@ var (
 )
 
 // ourSlice is the slice the agent of node publishes for port http of resource, owned by a
-// ServiceWithHealthchecks of that name, with one ready endpoint on each of endpointNodes.
+// ServiceWithHealthchecks of that name, with one ready endpoint on each of endpointNodes, each
+// naming a Pod of the slice's namespace as its targetRef (images/agent/internal/sliceplan).
 func ourSlice(ns, resource, node string, endpointNodes ...string) *discoveryv1.EndpointSlice {
 	k := slicemeta.SliceKey{Resource: resource, Port: "http", Node: node}
 	s := &discoveryv1.EndpointSlice{
@@ -49,10 +50,16 @@ func ourSlice(ns, resource, node string, endpointNodes ...string) *discoveryv1.E
 		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{
 			Addresses:  []string{fmt.Sprintf("10.1.0.%d", i+1)},
 			NodeName:   ptr.To(n),
+			TargetRef:  podRef(ns, fmt.Sprintf("%s-%d", resource, i)),
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
 		})
 	}
 	return s
+}
+
+// podRef is the targetRef the agent writes for the Pod name of namespace ns.
+func podRef(ns, name string) *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: name, UID: types.UID("uid-of-pod-" + name)}
 }
 
 // agentLease is the Lease the agent of node renews (images/agent/internal/lease), not yet owned.
