@@ -95,8 +95,8 @@ type Agent struct {
 	Metrics   *metrics.Metrics
 	Scheduler *scheduler.Scheduler
 	opts      Options
-	// direct reads and writes without the manager's caches (the upgrade's relabelling).
-	direct client.Client
+	// publisher is the agent's one EndpointSlice writer: the reconciler's and the upgrade's.
+	publisher *publisher.Publisher
 }
 
 // New builds an agent.
@@ -253,11 +253,7 @@ func New(opts Options) (*Agent, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("adding the readiness check: %w", err)
 	}
-	direct, err := client.New(opts.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		return nil, fmt.Errorf("creating the direct client: %w", err)
-	}
-	return &Agent{Manager: mgr, Metrics: m, Scheduler: sched, opts: opts, direct: direct}, nil
+	return &Agent{Manager: mgr, Metrics: m, Scheduler: sched, opts: opts, publisher: r.Publisher}, nil
 }
 
 // Run runs the agent until ctx ends.
@@ -265,7 +261,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Before the caches start: slices published by an agent that did not label them with
 	// their node key are labelled, so the node-filtered cache holds them and the first
 	// reconcile carries their verdicts over (an upgrade does not flap).
-	if err := labelOwnSlices(ctx, a.direct, a.opts.NodeName, a.opts.Logger.WithName("upgrade")); err != nil {
+	if err := labelOwnSlices(ctx, a.publisher, a.opts.NodeName, a.opts.Logger.WithName("upgrade")); err != nil {
 		return err
 	}
 	if err := a.Manager.Start(ctx); err != nil {
