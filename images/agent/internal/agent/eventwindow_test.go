@@ -73,13 +73,13 @@ func TestEventWindowsOnAFakeClock(t *testing.T) {
 	web, db := types.NamespacedName{Namespace: "ns", Name: "web"}, types.NamespacedName{Namespace: "ns", Name: "db"}
 	a, b := transition("a", false), transition("b", true)
 
-	batch, budget, wait, at := w.add(web, nil, 0)
+	batch, _, wait, at := w.add(web, nil, 0)
 	assert.Empty(t, batch, "a resource without transitions has no window")
 	assert.Zero(t, wait)
 	assert.Equal(t, windowT0, at)
 	assert.Empty(t, w.byResource)
 
-	batch, budget, wait, _ = w.add(web, []Transition{a}, 1)
+	batch, budget, wait, _ := w.add(web, []Transition{a}, 1)
 	assert.Equal(t, []Transition{a}, batch)
 	assert.Equal(t, 1, budget)
 	assert.Zero(t, wait)

@@ -95,5 +95,3 @@ func ConflictOf(name string, cur *discoveryv1.EndpointSlice) Conflict {
 	}
 	return c
 }
-
-// Merge returns a copy of cur with the content of want, and whether anything differs.

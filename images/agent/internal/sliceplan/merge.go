@@ -16,6 +16,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 )
 
+// Merge returns a copy of cur with the content of want, and whether anything differs.
 // Labels and annotations of others are kept; ours are set.
 func Merge(cur, want *discoveryv1.EndpointSlice) (*discoveryv1.EndpointSlice, bool) {
 	// Compare before copying: in steady state nothing differs and nothing is allocated.
