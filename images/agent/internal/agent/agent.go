@@ -95,17 +95,61 @@ type Agent struct {
 	Metrics   *metrics.Metrics
 	Scheduler *scheduler.Scheduler
 	opts      Options
-	// direct reads and writes without the manager's caches (the upgrade's relabelling).
-	direct client.Client
+	// publisher is the agent's one EndpointSlice writer: the reconciler's and the upgrade's.
+	publisher *publisher.Publisher
 }
 
-// New builds an agent.
+// New builds an agent, in steps: the options' defaults, the manager with its caches, indexes
+// and health checks, the reconciler, its runner, scheduler and publisher, the runnables beside
+// the controller (the credential store, the Lease renewal) and the readiness checks.
 func New(opts Options) (*Agent, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := newManager(opts)
+	if err != nil {
+		return nil, err
+	}
+	m := metrics.New(opts.Registry)
+	r := newReconciler(mgr.GetClient(), opts.NodeName, m, opts.Logger.WithName("reconciler"), opts.CoalesceWindow, opts.CoalesceBurst)
+	if r.podIndex, err = podIndexer(mgr); err != nil {
+		return nil, err
+	}
+	runner, store, err := newRunner(opts, r, m)
+	if err != nil {
+		return nil, err
+	}
+	sched := scheduler.New(scheduler.Options{
+		Workers:  opts.ProbeConcurrency,
+		Runner:   runner,
+		OnChange: r.resultChanged,
+		OnLate:   r.probesLate,
+		Metrics:  m,
+		Logger:   opts.Logger.WithName("scheduler"),
+	})
+	r.Scheduler = sched
+	r.Publisher = &publisher.Publisher{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Metrics: m}
+	r.Recorder = mgr.GetEventRecorder(ControllerName)
+	if err := addRunnables(mgr, opts, m, sched, store); err != nil {
+		return nil, err
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := addReadyzChecks(mgr, opts.NodeName); err != nil {
+		return nil, err
+	}
+	return &Agent{Manager: mgr, Metrics: m, Scheduler: sched, opts: opts, publisher: r.Publisher}, nil
+}
+
+// withDefaults checks the required options and fills in the defaults of the others.
+func (opts Options) withDefaults() (Options, error) {
 	if opts.NodeName == "" {
-		return nil, errors.New("the node name is required (--node-name or $NODE_NAME)")
+		return opts, errors.New("the node name is required (--node-name or $NODE_NAME)")
 	}
 	if opts.Config == nil {
-		return nil, errors.New("no API server config")
+		return opts, errors.New("no API server config")
 	}
 	if opts.MetricsBindAddress == "" {
 		opts.MetricsBindAddress = DefaultMetricsBindAddress
@@ -128,13 +172,17 @@ func New(opts Options) (*Agent, error) {
 	if opts.Logger.GetSink() == nil {
 		opts.Logger = logr.Discard()
 	}
-	reg := opts.Registry
-	if reg == nil {
-		reg = ctrlmetrics.Registry
+	if opts.Registry == nil {
+		opts.Registry = ctrlmetrics.Registry
 	}
-	scheme := Scheme()
+	return opts, nil
+}
+
+// newManager creates the manager with caches narrowed to this node, the slice indexes and the
+// liveness check.
+func newManager(opts Options) (manager.Manager, error) {
 	mgr, err := ctrl.NewManager(opts.Config, ctrl.Options{
-		Scheme: scheme,
+		Scheme: Scheme(),
 		Logger: opts.Logger,
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			// Only this node's pods: the per-node program narrows its cache, it does not
@@ -166,51 +214,45 @@ func New(opts Options) (*Agent, error) {
 			return nil, fmt.Errorf("indexing EndpointSlices (%s): %w", name, err)
 		}
 	}
-	m := metrics.New(reg)
+	return mgr, nil
+}
+
+// podIndexer is the pod informer's indexer: observe reads the cache's pods from it without
+// copying them.
+func podIndexer(mgr manager.Manager) (toolscache.Indexer, error) {
 	podInformer, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})
 	if err != nil {
 		return nil, fmt.Errorf("creating the pod informer: %w", err)
-	}
-
-	r := &Reconciler{
-		Client:  mgr.GetClient(),
-		Node:    opts.NodeName,
-		Metrics: m,
-		Log:     opts.Logger.WithName("reconciler"),
-		Window:  opts.CoalesceWindow,
-		Burst:   opts.CoalesceBurst,
 	}
 	indexed, ok := podInformer.(toolscache.SharedIndexInformer)
 	if !ok {
 		return nil, fmt.Errorf("the pod informer (%T) has no indexer", podInformer)
 	}
-	r.podIndex = indexed.GetIndexer()
-	var store *credentials.Store
-	runner := opts.Runner
-	if runner == nil {
-		cs, err := kubernetes.NewForConfig(opts.Config)
-		if err != nil {
-			return nil, fmt.Errorf("creating the clientset: %w", err)
-		}
-		store = credentials.NewStore(cs, credentials.Options{Logger: opts.Logger.WithName("credentials"), OnChange: r.secretChanged})
-		p := prober.New(prober.Options{Credentials: store, Logger: opts.Logger.WithName("prober")})
-		runner = ProberRunner(p)
-		r.Credentials = store
-		m.CredentialProblems.SetSource(store.Problems)
+	return indexed.GetIndexer(), nil
+}
+
+// newRunner is opts.Runner, or the real prober with a credential store (returned too) whose
+// changes re-evaluate r's resources.
+func newRunner(opts Options, r *Reconciler, m *metrics.Metrics) (scheduler.Runner, *credentials.Store, error) {
+	if opts.Runner != nil {
+		return opts.Runner, nil, nil
 	}
-	sched := scheduler.New(scheduler.Options{
-		Workers:  opts.ProbeConcurrency,
-		Runner:   runner,
-		OnChange: r.resultChanged,
-		OnLate:   r.probesLate,
-		Metrics:  m,
-		Logger:   opts.Logger.WithName("scheduler"),
-	})
-	r.Scheduler = sched
-	r.Publisher = &publisher.Publisher{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Metrics: m}
-	r.Recorder = mgr.GetEventRecorder(ControllerName)
+	cs, err := kubernetes.NewForConfig(opts.Config)
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating the clientset: %w", err)
+	}
+	store := credentials.NewStore(cs, credentials.Options{Logger: opts.Logger.WithName("credentials"), OnChange: r.secretChanged})
+	p := prober.New(prober.Options{Credentials: store, Logger: opts.Logger.WithName("prober")})
+	r.Credentials = store
+	m.CredentialProblems.SetSource(store.Problems)
+	return ProberRunner(p), store, nil
+}
+
+// addRunnables adds what runs beside the controller: the scheduler, the credential store's
+// stop (when there is a store) and the node Lease renewal (when opts ask for it).
+func addRunnables(mgr manager.Manager, opts Options, m *metrics.Metrics, sched *scheduler.Scheduler, store *credentials.Store) error {
 	if err := mgr.Add(sched); err != nil {
-		return nil, fmt.Errorf("adding the scheduler: %w", err)
+		return fmt.Errorf("adding the scheduler: %w", err)
 	}
 	if store != nil {
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
@@ -218,46 +260,45 @@ func New(opts Options) (*Agent, error) {
 			store.Stop()
 			return nil
 		})); err != nil {
-			return nil, fmt.Errorf("adding the credential store: %w", err)
+			return fmt.Errorf("adding the credential store: %w", err)
 		}
 	}
-	if opts.LeaseRenewInterval > 0 {
-		// The node Lease is written with a client of its own, not through the manager's cache.
-		lc, err := client.New(opts.Config, client.Options{})
-		if err != nil {
-			return nil, fmt.Errorf("creating the Lease client: %w", err)
-		}
-		renewer := &lease.Renewer{Client: lc, Namespace: opts.LeaseNamespace, Node: opts.NodeName,
-			Interval: opts.LeaseRenewInterval, Metrics: m, Log: opts.Logger.WithName("lease")}
-		if err := mgr.Add(renewer); err != nil {
-			return nil, fmt.Errorf("adding the Lease renewal: %w", err)
-		}
+	if opts.LeaseRenewInterval <= 0 {
+		return nil
 	}
-	if err := r.SetupWithManager(mgr); err != nil {
-		return nil, err
+	// The node Lease is written with a client of its own, not through the manager's cache.
+	lc, err := client.New(opts.Config, client.Options{})
+	if err != nil {
+		return fmt.Errorf("creating the Lease client: %w", err)
 	}
+	renewer := &lease.Renewer{Client: lc, Namespace: opts.LeaseNamespace, Node: opts.NodeName,
+		Interval: opts.LeaseRenewInterval, Metrics: m, Log: opts.Logger.WithName("lease")}
+	if err := mgr.Add(renewer); err != nil {
+		return fmt.Errorf("adding the Lease renewal: %w", err)
+	}
+	return nil
+}
+
+// addReadyzChecks makes the agent ready once its caches are synced and its own Node has been
+// read: nothing is published (Reconcile) before that either.
+func addReadyzChecks(mgr manager.Manager, node string) error {
 	if err := mgr.AddReadyzCheck("cache-synced", func(req *http.Request) error {
 		if !mgr.GetCache().WaitForCacheSync(req.Context()) {
 			return errors.New("caches not synced")
 		}
 		return nil
 	}); err != nil {
-		return nil, fmt.Errorf("adding the readiness check: %w", err)
+		return fmt.Errorf("adding the readiness check: %w", err)
 	}
-	// Not ready, and not publishing (Reconcile), until the agent's own Node has been read.
 	if err := mgr.AddReadyzCheck("node", func(req *http.Request) error {
-		if err := mgr.GetCache().Get(req.Context(), client.ObjectKey{Name: opts.NodeName}, &corev1.Node{}); err != nil {
-			return fmt.Errorf("node %s not read yet: %w", opts.NodeName, err)
+		if err := mgr.GetCache().Get(req.Context(), client.ObjectKey{Name: node}, &corev1.Node{}); err != nil {
+			return fmt.Errorf("node %s not read yet: %w", node, err)
 		}
 		return nil
 	}); err != nil {
-		return nil, fmt.Errorf("adding the readiness check: %w", err)
+		return fmt.Errorf("adding the readiness check: %w", err)
 	}
-	direct, err := client.New(opts.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		return nil, fmt.Errorf("creating the direct client: %w", err)
-	}
-	return &Agent{Manager: mgr, Metrics: m, Scheduler: sched, opts: opts, direct: direct}, nil
+	return nil
 }
 
 // Run runs the agent until ctx ends.
@@ -265,7 +306,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Before the caches start: slices published by an agent that did not label them with
 	// their node key are labelled, so the node-filtered cache holds them and the first
 	// reconcile carries their verdicts over (an upgrade does not flap).
-	if err := labelOwnSlices(ctx, a.direct, a.opts.NodeName, a.opts.Logger.WithName("upgrade")); err != nil {
+	if err := labelOwnSlices(ctx, a.publisher, a.opts.NodeName, a.opts.Logger.WithName("upgrade")); err != nil {
 		return err
 	}
 	if err := a.Manager.Start(ctx); err != nil {

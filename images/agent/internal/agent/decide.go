@@ -71,57 +71,22 @@ type Transition struct {
 // status says so: Status.ServiceOwned), nothing is published.
 func Decide(o Observed) Decision {
 	swh := o.Resource
-	res := types.NamespacedName{Namespace: swh.Namespace, Name: swh.Name}
-	var probes []v1alpha1.Probe
-	var period, initialDelay time.Duration
-	if hc := swh.Spec.Healthcheck; hc != nil {
-		probes = hc.Probes
-		period = time.Duration(max(hc.PeriodSeconds, 1)) * time.Second
-		initialDelay = time.Duration(hc.InitialDelaySeconds) * time.Second
-	}
-	// Each probe is digested once per reconcile, not once per pod.
-	digests := make([]scheduler.ProbeDigest, len(probes))
-	for i, p := range probes {
-		digests[i] = scheduler.DigestProbe(p)
-	}
-
-	d := Decision{Targets: make([]scheduler.Target, 0, len(o.Pods)*len(probes))}
+	ps := newProbeSchedule(swh)
+	d := Decision{Targets: make([]scheduler.Target, 0, len(o.Pods)*len(ps.probes))}
 	pods := make([]sliceplan.Pod, 0, len(o.Pods))
 	// The decided verdicts by pod and port: slot i*slotsPerPod+port of pod i (portSlot).
 	slotsPerPod := max(1, len(swh.Spec.Ports))
 	verdicts := make([]verdict, len(o.Pods)*slotsPerPod)
 	// One results buffer for every pod: Evaluate does not keep it. One endpoints buffer for
 	// every pod: each pod's endpoints are a window of it, which sliceplan reads and copies.
-	results := make(portrule.Results, len(probes))
+	results := make(portrule.Results, len(ps.probes))
 	endpoints := make([]portrule.Endpoint, 0, len(o.Pods)*slotsPerPod)
 	binder := portrule.NewBinder(&swh.Spec, len(o.Pods))
 	for pi, pod := range o.Pods {
 		b := binder.Bind(&swh.Spec, pod)
 		clear(results)
 		if b.Publishable {
-			notBefore := pod.CreationTimestamp.Add(initialDelay)
-			if pod.Status.StartTime != nil {
-				notBefore = pod.Status.StartTime.Add(initialDelay)
-			}
-			for i, pb := range b.Probes {
-				if !pb.Runnable {
-					continue
-				}
-				t := scheduler.Target{
-					Key:       scheduler.NewKey(res, pod.UID, i, digests[i], b.Address, pb.Port, period),
-					Probe:     probes[i],
-					Namespace: pod.Namespace,
-					PodName:   pod.Name,
-					PodIP:     b.Address,
-					Port:      pb.Port,
-					NotBefore: notBefore,
-					Period:    period,
-				}
-				d.Targets = append(d.Targets, t)
-				if r, ok := o.Results.Of(t.Key); ok {
-					results[i] = r
-				}
-			}
+			d.Targets = ps.appendTargets(d.Targets, pod, &b, o.Results, results)
 		}
 		first := len(endpoints)
 		endpoints = b.AppendEvaluate(endpoints, &swh.Spec, results)
@@ -142,14 +107,7 @@ func Decide(o Observed) Decision {
 		d.SecretRefs = secretRefs(swh)
 	}
 
-	existing := make(map[string]*discoveryv1.EndpointSlice, len(o.Slices))
-	var own []*discoveryv1.EndpointSlice
-	for _, s := range o.Slices {
-		existing[s.Name] = s
-		if slicemeta.IsManaged(s) && slicemeta.ResourceOf(s) == swh.Name && slicemeta.NodeOf(s) == o.Node {
-			own = append(own, s)
-		}
-	}
+	existing, own := existingSlices(o)
 	if !swh.Status.ServiceOwned() {
 		// The Service of that name is not this resource's (foreign, left by a deleted resource,
 		// or not created yet): a slice labelled with its name would add pods to it (DESIGN §8).
@@ -165,6 +123,72 @@ func Decide(o Observed) Decision {
 		d.Transitions = transitions(swh, o.Pods, d.Desired, own, verdicts)
 	}
 	return d
+}
+
+// probeSchedule is what every target of a resource shares: its probes, their digests (each
+// probe is digested once per reconcile, not once per pod), the period and the initial delay.
+type probeSchedule struct {
+	res                  types.NamespacedName
+	probes               []v1alpha1.Probe
+	digests              []scheduler.ProbeDigest
+	period, initialDelay time.Duration
+}
+
+func newProbeSchedule(swh *v1alpha1.ServiceWithHealthchecks) probeSchedule {
+	ps := probeSchedule{res: types.NamespacedName{Namespace: swh.Namespace, Name: swh.Name}}
+	if hc := swh.Spec.Healthcheck; hc != nil {
+		ps.probes = hc.Probes
+		ps.period = time.Duration(max(hc.PeriodSeconds, 1)) * time.Second
+		ps.initialDelay = time.Duration(hc.InitialDelaySeconds) * time.Second
+	}
+	ps.digests = make([]scheduler.ProbeDigest, len(ps.probes))
+	for i, p := range ps.probes {
+		ps.digests[i] = scheduler.DigestProbe(p)
+	}
+	return ps
+}
+
+// appendTargets appends to targets those of a publishable pod's runnable probes (b is the
+// pod's binding) and puts their current results into results.
+func (ps probeSchedule) appendTargets(targets []scheduler.Target, pod *corev1.Pod, b *portrule.Binding, current scheduler.Results, results portrule.Results) []scheduler.Target {
+	notBefore := pod.CreationTimestamp.Add(ps.initialDelay)
+	if pod.Status.StartTime != nil {
+		notBefore = pod.Status.StartTime.Add(ps.initialDelay)
+	}
+	for i, pb := range b.Probes {
+		if !pb.Runnable {
+			continue
+		}
+		t := scheduler.Target{
+			Key:       scheduler.NewKey(ps.res, pod.UID, i, ps.digests[i], b.Address, pb.Port, ps.period),
+			Probe:     ps.probes[i],
+			Namespace: pod.Namespace,
+			PodName:   pod.Name,
+			PodIP:     b.Address,
+			Port:      pb.Port,
+			NotBefore: notBefore,
+			Period:    ps.period,
+		}
+		targets = append(targets, t)
+		if r, ok := current.Of(t.Key); ok {
+			results[i] = r
+		}
+	}
+	return targets
+}
+
+// existingSlices are the observed slices by name, and those of them this agent published for
+// the resource on its node.
+func existingSlices(o Observed) (map[string]*discoveryv1.EndpointSlice, []*discoveryv1.EndpointSlice) {
+	existing := make(map[string]*discoveryv1.EndpointSlice, len(o.Slices))
+	var own []*discoveryv1.EndpointSlice
+	for _, s := range o.Slices {
+		existing[s.Name] = s
+		if slicemeta.IsManaged(s) && slicemeta.ResourceOf(s) == o.Resource.Name && slicemeta.NodeOf(s) == o.Node {
+			own = append(own, s)
+		}
+	}
+	return existing, own
 }
 
 // verdict is the decided verdict of a pod on a probed port.

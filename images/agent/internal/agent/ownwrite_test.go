@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // The watch event of a slice write of the agent's own reconciles nothing; every other event of
@@ -63,18 +62,18 @@ func TestOnlyTheEventOfTheAgentsOwnWriteIsSkipped(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			r := &Reconciler{ownWrites: map[types.NamespacedName]string{}}
+			w := newOwnWrites()
 			written := map[string]*discoveryv1.EndpointSlice{}
 			for _, s := range tc.written {
 				written[s.Name] = s
 			}
-			r.noteWrites(written)
+			w.note(written)
 			var got []bool
 			for _, e := range tc.events {
-				got = append(got, r.ownWrite(e))
+				got = append(got, w.consume(e))
 			}
 			assert.Equal(t, tc.want, got)
-			assert.Len(t, r.ownWrites, tc.left, "no record outlives an event of its slice")
+			assert.Len(t, w.rv, tc.left, "no record outlives an event of its slice")
 		})
 	}
 }

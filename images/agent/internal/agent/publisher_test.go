@@ -34,8 +34,7 @@ func TestAConflictingUpdateIsRetriedOnTheLatestVersion(t *testing.T) {
 	c := testCluster(t)
 	ns := c.Env.CreateNamespaceForTest(t, "conflict")
 	swh, desired := onePodResource(t, c, ns, "198.18.251.1")
-	m := metrics.New(nil)
-	pub := &publisher.Publisher{Client: c.Env.Client, Reader: c.Env.Client, Metrics: m}
+	pub, m := testPublisher(c)
 
 	first := desired(true)
 	_, err := pub.Apply(t.Context(), sliceplan.Diff("web", swh.UID, "node-a", first, nil))
@@ -115,8 +114,7 @@ func TestARenamedSliceIsDeletedOnlyOnceItsSuccessorIsCreated(t *testing.T) {
 		probe := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "quota-probe"}, AddressType: discoveryv1.AddressTypeIPv4}
 		return apierrors.IsForbidden(c.Env.Client.Create(t.Context(), probe, client.DryRunAll))
 	}, 30*time.Second, 50*time.Millisecond, "the quota refuses new slices")
-	m := metrics.New(nil)
-	pub := &publisher.Publisher{Client: c.Env.Client, Reader: c.Env.Client, Metrics: m}
+	pub, m := testPublisher(c)
 	_, err := pub.Apply(t.Context(), plan)
 	require.ErrorContains(t, err, "creating EndpointSlice web-http--node-a-ipv6")
 	require.ErrorContains(t, err, "waits for the retry")
@@ -144,7 +142,7 @@ func TestAnUpdatedSliceCarriesNoManagedFields(t *testing.T) {
 	c := testCluster(t)
 	ns := c.Env.CreateNamespaceForTest(t, "managedfields")
 	swh, desired := onePodResource(t, c, ns, "198.18.251.2")
-	pub := &publisher.Publisher{Client: c.Env.Client, Reader: c.Env.Client, Metrics: metrics.New(nil)}
+	pub, _ := testPublisher(c)
 	key := client.ObjectKey{Namespace: ns, Name: "web-http-node-a"}
 	publish := func(ready bool) *discoveryv1.EndpointSlice {
 		t.Helper()
@@ -183,6 +181,12 @@ func TestAnUpdatedSliceCarriesNoManagedFields(t *testing.T) {
 
 // onePodResource creates a resource "web" with one named port and returns it with the desired
 // slices of its one pod web-0 on node-a (an object only: nothing dials ip), ready or not.
+// testPublisher is a publisher writing straight to the test cluster, with metrics of its own.
+func testPublisher(c *cluster.Cluster) (*publisher.Publisher, *metrics.Metrics) {
+	m := metrics.New(nil)
+	return &publisher.Publisher{Client: c.Env.Client, Reader: c.Env.Client, Metrics: m}, m
+}
+
 func onePodResource(t *testing.T, c *cluster.Cluster, ns, ip string) (*v1alpha1.ServiceWithHealthchecks, func(ready bool) []sliceplan.Desired) {
 	t.Helper()
 	swh := createResource(t, c, ns, "web", nil, []v1alpha1.ServicePort{namedPort("http", 80, intstr.FromInt32(8080))})

@@ -6,9 +6,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"maps"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -17,7 +14,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -63,6 +59,21 @@ func Scheme() *runtime.Scheme {
 	return s
 }
 
+// newReconciler returns a reconciler of node's resources with its memory between reconciles;
+// the caller sets its Scheduler, Publisher, Recorder and Credentials (which call back into it).
+func newReconciler(c client.Client, node string, m *metrics.Metrics, log logr.Logger, window time.Duration, burst int) *Reconciler {
+	return &Reconciler{
+		Client: c, Node: node, Metrics: m, Log: log, Window: window, Burst: burst,
+		queue:     &workQueue{},
+		coalescer: coalesce.New[types.NamespacedName](window, burst, nil),
+		refs:      newSecretReferences(),
+		gauges:    newEndpointGauges(m),
+		nodeWait:  &nodeWait{},
+		windows:   newEventWindows(EventWindow, nil),
+		ownWrites: newOwnWrites(),
+	}
+}
+
 // Reconciler reconciles one ServiceWithHealthchecks on this node, in four steps: observe (the
 // caches and the scheduler's results), Decide (pure), apply (the scheduler's targets, the Secret
 // watches, the publisher's writes) and record (Events and gauges from what was written).
@@ -84,24 +95,14 @@ type Reconciler struct {
 	// copying them.
 	podIndex toolscache.Indexer
 
-	mu        sync.Mutex
-	queue     workqueue.TypedRateLimitingInterface[reconcile.Request]
+	// The memory between reconciles (state.go, eventwindow.go), made by newReconciler.
+	queue     *workQueue
 	coalescer *coalesce.Coalescer[types.NamespacedName]
-	// refs are the credential Secrets each resource's probes reference on this node.
-	refs map[types.NamespacedName][]types.NamespacedName
-	// published counts, per resource, the endpoints this agent has in the API server by state:
-	// the swh_agent_endpoints gauge is their sum.
-	published map[types.NamespacedName]map[string]int
-	// nodeUnknown is set when a reconcile found no Node of this agent: its appearance then
-	// reconciles every resource (resourcesOfNode).
-	nodeUnknown bool
-	// pending are the port transitions waiting for the end of their resource's Event window.
-	pending map[types.NamespacedName]*pendingEvents
-	// ownWrites are, by slice, the resourceVersion of this agent's last write of it whose watch
-	// event has not come yet (ownWrite).
-	ownWrites map[types.NamespacedName]string
-	// now is the clock of the Event windows (time.Now; tests may replace it).
-	now func() time.Time
+	refs      *secretReferences
+	gauges    *endpointGauges
+	nodeWait  *nodeWait
+	windows   *eventWindows
+	ownWrites *ownWrites
 }
 
 // Reconcile observes, decides, applies and records for one resource on this node.
@@ -117,9 +118,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// Nothing is published before the node is read: zone hints would be wrong. The Node's
 		// own event reconciles every resource once it appears.
 		log.Info("not publishing: this agent's Node is not in the cache", "node", r.Node)
-		r.mu.Lock()
-		r.nodeUnknown = true
-		r.mu.Unlock()
+		r.nodeWait.missing()
 		return reconcile.Result{RequeueAfter: NodeRecheck}, nil
 	case err != nil:
 		return reconcile.Result{}, err
@@ -136,7 +135,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		log.V(1).Info("publishing", "create", len(d.Plan.Create), "update", len(d.Plan.Update),
 			"delete", len(d.Plan.Delete), "conflicts", len(d.Plan.Conflicts))
 		written, writeErr = r.Publisher.Apply(ctx, d.Plan)
-		r.noteWrites(written.Written)
+		r.ownWrites.note(written.Written)
 	}
 	// The targets and the Secret watches after the write, not before: the write carries a
 	// decided change and waits for nothing else (at 1,000 pods the scheduler's Set costs about
@@ -158,47 +157,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 func (r *Reconciler) forget(res types.NamespacedName) {
 	r.Scheduler.Set(res, nil)
 	r.coalescer.Forget(res)
-	r.mu.Lock()
-	delete(r.published, res)
-	delete(r.pending, res)
-	r.publishGaugesLocked()
-	r.mu.Unlock()
+	r.gauges.set(res, nil)
+	r.windows.forget(res)
 	r.setSecretRefs(res, nil)
 }
 
 // setSecretRefs records the credential Secrets of a resource and hands the union of all
 // resources' references to the credential store when it changed.
 func (r *Reconciler) setSecretRefs(res types.NamespacedName, refs []types.NamespacedName) {
-	r.mu.Lock()
-	changed := !slices.Equal(r.refs[res], refs)
-	if len(refs) == 0 {
-		delete(r.refs, res)
-	} else {
-		r.refs[res] = refs
-	}
-	set := map[types.NamespacedName]struct{}{}
-	for _, rs := range r.refs {
-		for _, ref := range rs {
-			set[ref] = struct{}{}
-		}
-	}
-	r.mu.Unlock()
+	all, changed := r.refs.set(res, refs)
 	if changed && r.Credentials != nil {
-		r.Credentials.SetReferences(slices.Collect(maps.Keys(set)))
+		r.Credentials.SetReferences(all)
 	}
-}
-
-// resourcesReferencing are the resources whose probes reference a credential Secret.
-func (r *Reconciler) resourcesReferencing(secret types.NamespacedName) []types.NamespacedName {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var hit []types.NamespacedName
-	for res, refs := range r.refs {
-		if slices.Contains(refs, secret) {
-			hit = append(hit, res)
-		}
-	}
-	return hit
 }
 
 // errResourceGone and errNodeUnknown end a reconcile early (observe).

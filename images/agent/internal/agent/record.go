@@ -51,16 +51,7 @@ func (r *Reconciler) record(o Observed, d Decision, written publisher.Result) {
 			capNote(fmt.Sprintf("EndpointSlice %s is held by %s; this agent does not write it", c.Name, c.Holder)))
 	}
 
-	counts := publishedCounts(o, d, written)
-	res := types.NamespacedName{Namespace: swh.Namespace, Name: swh.Name}
-	r.mu.Lock()
-	if len(counts) == 0 {
-		delete(r.published, res)
-	} else {
-		r.published[res] = counts
-	}
-	r.publishGaugesLocked()
-	r.mu.Unlock()
+	r.gauges.set(types.NamespacedName{Namespace: swh.Namespace, Name: swh.Name}, publishedCounts(o, d, written))
 }
 
 // publishedCounts counts, by state, the endpoints of (resource, node) as they now are in the API
@@ -122,18 +113,6 @@ func planned(d Decision, name string) bool {
 	return false
 }
 
-func (r *Reconciler) publishGaugesLocked() {
-	total := map[string]int{}
-	for _, c := range r.published {
-		for k, v := range c {
-			total[k] += v
-		}
-	}
-	for _, s := range []string{metrics.StateReady, metrics.StateNotReady, metrics.StateTerminating} {
-		r.Metrics.Endpoints.WithLabelValues(s).Set(float64(total[s]))
-	}
-}
-
 // MaxNoteBytes is the longest Event note the events API accepts (1 KiB); longer notes are cut
 // to it, or the API server would refuse the Event and the transition would go unreported.
 const MaxNoteBytes = 1024
@@ -164,23 +143,9 @@ func capNote(s string) string {
 	return s[:cut] + ellipsis
 }
 
-// EventWindow is how often, at most, the agent reports the port transitions of one resource:
-// the first transition after a quiet window is reported at once, the ones that follow within the
-// window together when it ends.
-const EventWindow = 2 * time.Second
-
 // minOneByOne is how many transitions of a window are always reported one Event each; more than
 // that, and more than the slice writes that carried them, are reported in one summary Event.
 const minOneByOne = 5
-
-// pendingEvents are the transitions of one resource waiting for the end of its window.
-type pendingEvents struct {
-	transitions []Transition
-	// writes counts the slice writes that carried them: the Event budget of the window.
-	writes int
-	// last is when the resource's transitions were last reported.
-	last time.Time
-}
 
 // reportTransitions reports the transitions of a resource, on a budget: Event writes follow
 // slice writes, not transitions. Alone in its window a transition is reported at once, as one
@@ -191,35 +156,19 @@ type pendingEvents struct {
 // with the counts. Every transition is counted in swh_agent_port_transitions_total.
 func (r *Reconciler) reportTransitions(swh *v1alpha1.ServiceWithHealthchecks, happened []Transition, writes int) {
 	res := types.NamespacedName{Namespace: swh.Namespace, Name: swh.Name}
-	now := r.now()
-	r.mu.Lock()
-	p := r.pending[res]
-	if p == nil {
-		if len(happened) == 0 {
-			r.mu.Unlock()
-			return
-		}
-		p = &pendingEvents{}
-		r.pending[res] = p
-	}
-	p.transitions = append(p.transitions, happened...)
-	p.writes += writes
-	due := p.last.Add(EventWindow)
-	if len(p.transitions) == 0 || now.Before(due) {
+	batch, budget, wait, now := r.windows.add(res, happened, writes)
+	if wait > 0 {
 		// Queued again by every reconcile that finds the window open: the work queue keeps one
 		// waiting entry per resource, the earliest, so a coalesced result change may have taken
 		// the place of an earlier request for the window's end.
-		queue := len(p.transitions) > 0
-		q := r.queue
-		r.mu.Unlock()
-		if queue && q != nil {
-			q.AddAfter(reconcile.Request{NamespacedName: res}, due.Sub(now))
+		if q := r.queue.get(); q != nil {
+			q.AddAfter(reconcile.Request{NamespacedName: res}, wait)
 		}
 		return
 	}
-	batch, budget := p.transitions, p.writes
-	p.transitions, p.writes, p.last = nil, 0, now
-	r.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
 
 	if len(batch) <= max(minOneByOne, budget) {
 		for _, t := range batch {

@@ -10,13 +10,13 @@ import (
 
 	"github.com/go-logr/logr"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/publisher"
 )
 
 // unlabelled selects this module's slices without the node key label: those written by agents
@@ -32,11 +32,11 @@ func unlabelled() labels.Selector {
 // until it succeeds or ctx ends (an agent that cannot reach the API server cannot publish
 // anyway). A slice that changed meanwhile is left to the publisher, which takes over a slice of
 // its own that it finds in its way.
-func labelOwnSlices(ctx context.Context, c client.Client, node string, log logr.Logger) error {
+func labelOwnSlices(ctx context.Context, p *publisher.Publisher, node string, log logr.Logger) error {
 	var labelled int
 	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Cap: 30 * time.Second, Steps: 1 << 30},
 		func(ctx context.Context) (bool, error) {
-			n, err := labelOnce(ctx, c, node)
+			n, err := labelOnce(ctx, p, node)
 			labelled += n
 			if err != nil {
 				log.Error(err, "labelling this node's slices with their node key; trying again")
@@ -53,13 +53,14 @@ func labelOwnSlices(ctx context.Context, c client.Client, node string, log logr.
 	return nil
 }
 
-// labelOnce lists the unlabelled slices page by page and labels this node's.
-func labelOnce(ctx context.Context, c client.Client, node string) (int, error) {
+// labelOnce lists the unlabelled slices page by page, straight from the API server (the cache
+// holds only labelled ones), and has the publisher label this node's.
+func labelOnce(ctx context.Context, p *publisher.Publisher, node string) (int, error) {
 	n := 0
 	opts := []client.ListOption{client.MatchingLabelsSelector{Selector: unlabelled()}, client.Limit(500)}
 	for {
 		var list discoveryv1.EndpointSliceList
-		if err := c.List(ctx, &list, opts...); err != nil {
+		if err := p.Reader.List(ctx, &list, opts...); err != nil {
 			return n, fmt.Errorf("listing slices without a node key: %w", err)
 		}
 		for i := range list.Items {
@@ -67,14 +68,12 @@ func labelOnce(ctx context.Context, c client.Client, node string) (int, error) {
 			if slicemeta.NodeOf(s) != node {
 				continue
 			}
-			s.Labels[slicemeta.LabelNodeKey] = slicemeta.NodeKey(node)
-			switch err := c.Update(ctx, s); {
-			case err == nil:
+			wrote, err := p.LabelNodeKey(ctx, s, node)
+			if err != nil {
+				return n, err
+			}
+			if wrote {
 				n++
-			case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-				// Gone, or changed: the publisher takes it over if it is still ours.
-			default:
-				return n, fmt.Errorf("labelling EndpointSlice %s/%s: %w", s.Namespace, s.Name, err)
 			}
 		}
 		if list.Continue == "" {

@@ -64,5 +64,7 @@ func TestAnUpgradedAgentAdoptsSlicesWithoutTheNodeKeyWithoutFlapping(t *testing.
 	s := &discoveryv1.EndpointSlice{}
 	require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "web-http-node-a"}, s))
 	assert.Equal(t, "node-a", s.Labels[slicemeta.LabelNodeKey], "the slice carries its node key now")
+	assert.Empty(t, s.ManagedFields, "the label is written as every update is: without managedFields")
 	assert.Equal(t, 0.0, testutil.ToFloat64(second.Metrics.SliceWriteErrors.WithLabelValues("update")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(second.Metrics.SliceWrites.WithLabelValues("update")), "the label is counted as the publisher's one update")
 }

@@ -24,7 +24,6 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
-	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/coalesce"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/scheduler"
 )
 
@@ -33,14 +32,6 @@ import (
 // module's slices of this node, this agent's own Node (its zone), and, through a raw source,
 // the probe result and credential Secret changes.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	r.refs = map[types.NamespacedName][]types.NamespacedName{}
-	r.published = map[types.NamespacedName]map[string]int{}
-	r.pending = map[types.NamespacedName]*pendingEvents{}
-	r.ownWrites = map[types.NamespacedName]string{}
-	if r.now == nil {
-		r.now = time.Now
-	}
-	r.coalescer = coalesce.New[types.NamespacedName](r.Window, r.Burst, nil)
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("agent").
 		// Failed writes (an API outage) are retried at most 30 s apart, so the agent publishes
@@ -56,10 +47,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// wrote it decided from everything the write carries.
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.resourceOfSlice),
 			builder.WithPredicates(predicate.Funcs{
-				CreateFunc: func(e event.CreateEvent) bool { return !r.ownWrite(e.Object) },
-				UpdateFunc: func(e event.UpdateEvent) bool { return !r.ownWrite(e.ObjectNew) },
+				CreateFunc: func(e event.CreateEvent) bool { return !r.ownWrites.consume(e.Object) },
+				UpdateFunc: func(e event.UpdateEvent) bool { return !r.ownWrites.consume(e.ObjectNew) },
 				DeleteFunc: func(e event.DeleteEvent) bool {
-					r.ownWrite(e.Object)
+					r.ownWrites.consume(e.Object)
 					return true
 				},
 			})).
@@ -75,9 +66,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 				GenericFunc: func(event.GenericEvent) bool { return false },
 			})).
 		WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-			r.mu.Lock()
-			r.queue = q
-			r.mu.Unlock()
+			r.queue.set(q)
 			return nil
 		})).
 		Complete(r)
@@ -111,7 +100,7 @@ func (r *Reconciler) resultChanged(c scheduler.Change) {
 
 // secretChanged re-evaluates the resources that reference a credential Secret.
 func (r *Reconciler) secretChanged(secret types.NamespacedName) {
-	for _, res := range r.resourcesReferencing(secret) {
+	for _, res := range r.refs.referencing(secret) {
 		r.enqueueChange(res)
 	}
 }
@@ -125,9 +114,7 @@ func (r *Reconciler) secretChanged(secret types.NamespacedName) {
 // of one) made every second change of a resource within 200 ms wait for the window's end:
 // the publish latency's p99 (development/AGENT.md, "Writing").
 func (r *Reconciler) enqueueChange(res types.NamespacedName) {
-	r.mu.Lock()
-	q := r.queue
-	r.mu.Unlock()
+	q := r.queue.get()
 	if q == nil {
 		return
 	}
@@ -159,37 +146,6 @@ func (r *Reconciler) resourcesOfPod(ctx context.Context, o client.Object) []reco
 	return out
 }
 
-// noteWrites records the slices a reconcile wrote, by the resourceVersion the API server gave
-// each write, so that their watch events are recognised as this agent's own (ownWrite).
-func (r *Reconciler) noteWrites(written map[string]*discoveryv1.EndpointSlice) {
-	if len(written) == 0 {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, s := range written {
-		if s.ResourceVersion != "" {
-			r.ownWrites[client.ObjectKeyFromObject(s)] = s.ResourceVersion
-		}
-	}
-}
-
-// ownWrite tells whether a slice event shows the version this agent's last write of the slice
-// returned. Any event of the slice consumes the record, so it holds at most one entry per slice
-// this agent writes: a later write of someone else, or an event that came before the write's
-// response was recorded, reconciles as before.
-func (r *Reconciler) ownWrite(o client.Object) bool {
-	key := client.ObjectKeyFromObject(o)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	rv, ok := r.ownWrites[key]
-	if !ok {
-		return false
-	}
-	delete(r.ownWrites, key)
-	return rv == o.GetResourceVersion()
-}
-
 // resourceOfSlice maps a slice of this node to the resource it was published for.
 func (r *Reconciler) resourceOfSlice(_ context.Context, o client.Object) []reconcile.Request {
 	s, ok := o.(*discoveryv1.EndpointSlice)
@@ -217,18 +173,14 @@ func (r *Reconciler) resourcesOfNode(ctx context.Context, o client.Object) []rec
 			out = append(out, reconcile.Request{NamespacedName: key})
 		}
 	}
-	var slices discoveryv1.EndpointSliceList
-	if err := r.Client.List(ctx, &slices, client.MatchingFields{indexNode: r.Node}); err != nil {
+	var onNode discoveryv1.EndpointSliceList
+	if err := r.Client.List(ctx, &onNode, client.MatchingFields{indexNode: r.Node}); err != nil {
 		r.Log.Error(err, "listing the slices of this node", "node", r.Node)
 	}
-	for i := range slices.Items {
-		add(types.NamespacedName{Namespace: slices.Items[i].Namespace, Name: slicemeta.ResourceOf(&slices.Items[i])})
+	for i := range onNode.Items {
+		add(types.NamespacedName{Namespace: onNode.Items[i].Namespace, Name: slicemeta.ResourceOf(&onNode.Items[i])})
 	}
-	r.mu.Lock()
-	waiting := r.nodeUnknown
-	r.nodeUnknown = false
-	r.mu.Unlock()
-	if waiting {
+	if r.nodeWait.take() {
 		var list v1alpha1.ServiceWithHealthchecksList
 		if err := r.Client.List(ctx, &list); err != nil {
 			r.Log.Error(err, "listing resources after the Node appeared")

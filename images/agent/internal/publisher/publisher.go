@@ -2,7 +2,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package publisher is the only code of the agent that writes EndpointSlices: it carries out a
-// sliceplan.Plan. It writes nothing the plan does not ask for, retries a conflicting update on
+// sliceplan.Plan, and labels with their node key the slices an agent of before that label
+// published (LabelNodeKey, at start). Every write is counted here. It writes nothing the plan does not ask for, retries a conflicting update on
 // the latest version of the slice, and never writes a slice it does not own. It records no
 // Events: it reports what it wrote and what it refused, and the reconciler records from that.
 package publisher
@@ -116,6 +117,28 @@ func (p *Publisher) Apply(ctx context.Context, plan sliceplan.Plan) (Result, err
 		}
 	}
 	return res, errors.Join(errs...)
+}
+
+// LabelNodeKey gives s, a slice of this module on node that lacks the node key label, the label
+// (issue 19: an agent upgraded from a version that did not write it). It reports whether it
+// wrote: a slice gone or changed meanwhile is not written (the caller leaves it to Apply, which
+// takes over a slice of its own that it finds in its way).
+func (p *Publisher) LabelNodeKey(ctx context.Context, s *discoveryv1.EndpointSlice, node string) (bool, error) {
+	labelled := s.DeepCopy()
+	if labelled.Labels == nil {
+		labelled.Labels = map[string]string{}
+	}
+	labelled.Labels[slicemeta.LabelNodeKey] = slicemeta.NodeKey(node)
+	labelled.ManagedFields = StripManagedFields()
+	err := p.Client.Update(ctx, labelled)
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return false, nil
+	}
+	p.count(metrics.OpUpdate, err)
+	if err != nil {
+		return false, fmt.Errorf("labelling EndpointSlice %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	return true, nil
 }
 
 // StripManagedFields is the managedFields value every update sends: a list of one empty entry,

@@ -244,21 +244,16 @@ func TestConcurrencyIsBoundedByTheWorkers(t *testing.T) {
 }
 
 func TestRemovedTargetsLeaveNothingBehind(t *testing.T) {
-	goroutinesBefore := goleak.IgnoreCurrent()
 	var runs atomic.Int32
-	m := metrics.New(nil)
-	s := New(Options{
+	// The harness stops the scheduler at the end and checks that no goroutine is left.
+	s, m := harness(t, Options{
 		Workers: 4,
 		Runner: RunnerFunc(func(ctx context.Context, _ Target) Outcome {
 			runs.Add(1)
 			return Outcome{Pass: true}
 		}),
-		Metrics:        m,
 		MaxStartSpread: time.Millisecond,
 	})
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Start(ctx) }()
 	var ts []Target
 	for i := range 200 {
 		ts = append(ts, target(fmt.Sprintf("p%d", i), i%3, 5*time.Millisecond, 1, 3))
@@ -282,9 +277,6 @@ func TestRemovedTargetsLeaveNothingBehind(t *testing.T) {
 		return s.running == 0 && len(s.resources) == 0 && len(s.namespaces) == 0 && len(s.waiting) == 0 &&
 			s.withTargets == 0 && len(s.timers) == 0 && len(s.lateReported) == 0
 	}, 10*time.Second, 5*time.Millisecond)
-	cancel()
-	<-done
-	goleak.VerifyNone(t, goroutinesBefore)
 }
 
 // Set compares the declared targets with the resource's own before it changes anything (the
