@@ -7,7 +7,6 @@ import (
 	"io"
 
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
-	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/withdraw"
 	"github.com/deckhouse/service-with-healthchecks/lib/metricsdesc"
 )
 
@@ -25,7 +24,7 @@ func recordMetrics(rec *metricsdesc.Recorder) error {
 	if _, err := metrics.New(rec); err != nil {
 		return err
 	}
-	if _, err := withdraw.NewMetrics(rec); err != nil {
+	if _, err := metrics.NewLiveness(rec); err != nil {
 		return err
 	}
 	return nil

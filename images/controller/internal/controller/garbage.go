@@ -125,26 +125,22 @@ func (r *Reconciler) confirmAndDelete(ctx context.Context, key types.NamespacedN
 	return errors.Join(errs...)
 }
 
-// deleteSlice deletes the slice exactly as it was decided on: the UID and resourceVersion
-// preconditions make the delete fail if the slice changed since (an agent took it over for the
-// live resource, DESIGN §5: the adopted slice must not go), and the change's own event brings
-// the decision back with the new content.
+// deleteSlice deletes the slice exactly as it was decided on, through the slice writer: the UID
+// and resourceVersion preconditions make the delete fail if the slice changed since (an agent
+// took it over for the live resource, DESIGN §5: the adopted slice must not go), and the
+// change's own event brings the decision back with the new content.
 func (r *Reconciler) deleteSlice(ctx context.Context, g gc.Garbage) error {
-	uid, rv := g.Slice.UID, g.Slice.ResourceVersion
-	err := r.client.Delete(ctx, g.Slice, client.Preconditions{UID: &uid, ResourceVersion: &rv})
-	switch {
-	case err == nil:
-	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+	deleted, err := r.sliceWriter.DeleteGarbage(ctx, g.Slice, string(g.Reason))
+	if err != nil {
+		return err
+	}
+	if !deleted {
 		// Gone already, replaced by a slice of the same name, or changed since the decision:
 		// not this garbage.
 		ctrl.LoggerFrom(ctx).V(1).Info("a garbage EndpointSlice changed or went before its deletion; deciding again on its next event",
-			"endpointSlice", client.ObjectKeyFromObject(g.Slice), "reason", string(g.Reason), "error", err.Error())
+			"endpointSlice", client.ObjectKeyFromObject(g.Slice), "reason", string(g.Reason))
 		return nil
-	default:
-		r.metrics.Errors.WithLabelValues(metrics.OpDeleteSlice).Inc()
-		return fmt.Errorf("deleting EndpointSlice %s/%s: %w", g.Slice.Namespace, g.Slice.Name, err)
 	}
-	r.metrics.GarbageCollectedSlices.WithLabelValues(string(g.Reason)).Inc()
 	ctrl.LoggerFrom(ctx).Info("deleted a garbage EndpointSlice", "endpointSlice", client.ObjectKeyFromObject(g.Slice),
 		"reason", string(g.Reason), "node", slicemeta.NodeOf(g.Slice), "port", g.Slice.Labels[slicemeta.LabelPort])
 	return nil

@@ -44,6 +44,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/index"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/liveness"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/slicewrite"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/status"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/withdraw"
 )
@@ -150,16 +151,22 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, *metrics.Metrics, er
 		return nil, nil, err
 	}
 	var agents *agentsView
+	var lm *metrics.Liveness
 	if o.AgentLeaseNamespace != "" {
 		agents = &agentsView{board: liveness.NewBoard(), namespace: o.AgentLeaseNamespace, changes: make(chan event.GenericEvent, agentChanges)}
+		if lm, err = metrics.NewLiveness(reg); err != nil {
+			return nil, nil, err
+		}
 	}
-	if err := setup(mgr, m, o, agents); err != nil {
+	// The program's one EndpointSlice writer: garbage, built-in slices and withdrawals.
+	writer := slicewrite.New(mgr.GetClient(), m, lm)
+	if err := setup(mgr, m, writer, o, agents); err != nil {
 		return nil, nil, err
 	}
 	if agents != nil {
 		// Liveness of the agents (development/LIVENESS.md): leader-only, withdraws stale nodes'
 		// endpoints and publishes its verdicts for the AgentsStale condition.
-		if _, err := withdraw.Setup(mgr, reg, o.AgentLeaseNamespace, o.AgentLostGrace, agents.board, agents.notify); err != nil {
+		if _, err := withdraw.Setup(mgr, writer, lm, o.AgentLeaseNamespace, o.AgentLostGrace, agents.board, agents.notify); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -223,7 +230,7 @@ func (a *agentsView) status() *status.Agents {
 
 // setup registers the reconciler and its watches with mgr; agents is nil when the agents'
 // liveness is not judged.
-func setup(mgr ctrl.Manager, m *metrics.Metrics, o Options, agents *agentsView) error {
+func setup(mgr ctrl.Manager, m *metrics.Metrics, writer *slicewrite.Writer, o Options, agents *agentsView) error {
 	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
 	if err != nil {
 		return fmt.Errorf("creating the clientset: %w", err)
@@ -236,6 +243,7 @@ func setup(mgr ctrl.Manager, m *metrics.Metrics, o Options, agents *agentsView) 
 		client:       mgr.GetClient(),
 		reader:       mgr.GetAPIReader(),
 		services:     cs,
+		sliceWriter:  writer,
 		recorder:     mgr.GetEventRecorder(EventSource),
 		metrics:      m,
 		fieldManager: fm,

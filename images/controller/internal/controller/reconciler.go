@@ -31,6 +31,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/childservice"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/slicewrite"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/status"
 )
 
@@ -47,14 +48,17 @@ const (
 // Reconciler reconciles one ServiceWithHealthchecks per call; several calls for different
 // resources may run at once (Options.MaxConcurrentReconciles), never two for the same one.
 type Reconciler struct {
-	// client reads from the informer cache and writes slices and status.
+	// client reads from the informer cache and writes the status.
 	client client.Client
 	// reader reads from the API server itself: to confirm before deleting, and to look for pods.
 	reader client.Reader
 	// services writes child Services (typed results of create, apply and patch).
 	services kubernetes.Interface
-	recorder events.EventRecorder
-	metrics  *metrics.Metrics
+	// sliceWriter is the program's one EndpointSlice writer (garbage, built-in slices; the
+	// liveness runner withdraws through the same one).
+	sliceWriter *slicewrite.Writer
+	recorder    events.EventRecorder
+	metrics     *metrics.Metrics
 	// fieldManager names the controller in managedFields.
 	fieldManager string
 	// agents is the liveness runner's judgement (nil when agents are not judged).

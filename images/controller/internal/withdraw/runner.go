@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +22,8 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/liveness"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/slicewrite"
 )
 
 // Runner watches the agents' node Leases, feeds the tracker and runs the withdrawer. It runs on
@@ -188,18 +189,14 @@ func agentLease(l *coordinationv1.Lease) (node string, renew time.Time, ok bool)
 }
 
 // Setup adds the liveness runner to mgr: Leases in namespace are judged with grace (those of
-// Nodes in mgr's cache), our slices of stale nodes withdrawn through mgr's client, metrics
-// registered with reg. mgr's field indexer must hold index.SliceNode (index.Register, once per
-// manager). Every verdict is
-// published on board (optional), and notify (optional) hears which nodes' judgement changed.
-func Setup(mgr ctrl.Manager, reg prometheus.Registerer, namespace string, grace time.Duration, board *liveness.Board, notify func(context.Context, []string)) (*Runner, error) {
-	m, err := NewMetrics(reg)
-	if err != nil {
-		return nil, err
-	}
+// Nodes in mgr's cache), our slices of stale nodes withdrawn through writer (the program's one
+// slice writer), the judgement shown in m (metrics.NewLiveness). mgr's field indexer must hold
+// index.SliceNode (index.Register, once per manager). Every verdict is published on board
+// (optional), and notify (optional) hears which nodes' judgement changed.
+func Setup(mgr ctrl.Manager, writer *slicewrite.Writer, m *metrics.Liveness, namespace string, grace time.Duration, board *liveness.Board, notify func(context.Context, []string)) (*Runner, error) {
 	log := mgr.GetLogger().WithName("liveness")
 	r := &Runner{
-		Withdrawer: &Withdrawer{Client: mgr.GetClient(), Tracker: liveness.NewTracker(nil, grace), Metrics: m, Log: log,
+		Withdrawer: &Withdrawer{Client: mgr.GetClient(), Slices: writer, Tracker: liveness.NewTracker(nil, grace), Metrics: m, Log: log,
 			Board: board, Notify: notify},
 		Leases:    mgr.GetAPIReader(),
 		Nodes:     mgr.GetClient(),

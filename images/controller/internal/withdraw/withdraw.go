@@ -14,7 +14,6 @@ import (
 	"sort"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,6 +24,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/index"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/liveness"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/slicewrite"
 )
 
 // Plan is the pure decision: of the given slices, those that are ours (managed by this module
@@ -81,60 +81,19 @@ func anyUp(s *discoveryv1.EndpointSlice) bool {
 	return false
 }
 
-// Metrics are the withdrawal's metrics (namespace swh_controller, bounded labels).
-type Metrics struct {
-	// StaleAgents is how many agents looked stale at the last judgement.
-	StaleAgents prometheus.Gauge
-	// KnownAgents is how many agents the tracker knew at the last judgement.
-	KnownAgents prometheus.Gauge
-	// GuardHolding is 1 while more than half of the agents look stale and nothing is withdrawn.
-	GuardHolding prometheus.Gauge
-	// WithdrawnSlices counts slices whose endpoints were withdrawn.
-	WithdrawnSlices prometheus.Counter
-	// WithdrawnEndpoints counts endpoints withdrawn.
-	WithdrawnEndpoints prometheus.Counter
-	// Errors counts failed reads and writes of a withdrawal round.
-	Errors prometheus.Counter
-	// StaleNodes is 1 per stale node (swh_controller_agent_stale{node}).
-	StaleNodes *metrics.StaleAgents
-}
-
-// NewMetrics creates the metrics and registers them with reg.
-func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	const ns = "swh_controller"
-	m := &Metrics{
-		StaleAgents: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "agents_stale",
-			Help: "Agents whose node Lease renewTime has not changed for longer than the grace, on the controller's clock."}),
-		KnownAgents: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "agents_known",
-			Help: "Agents whose node Lease the controller has seen."}),
-		GuardHolding: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "liveness_guard_holding",
-			Help: "1 while more than half of the agents look stale at once: nothing is withdrawn (suspect the API server or the controller). Alert on it."}),
-		WithdrawnSlices: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "withdrawn_slices_total",
-			Help: "EndpointSlices of stale nodes whose endpoints were set to ready=false, serving=false."}),
-		WithdrawnEndpoints: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "withdrawn_endpoints_total",
-			Help: "Endpoints of stale nodes set to ready=false, serving=false."}),
-		Errors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "withdraw_errors_total",
-			Help: "Failed API reads and writes while withdrawing the endpoints of stale nodes."}),
-		StaleNodes: metrics.NewStaleAgents(),
-	}
-	for _, c := range []prometheus.Collector{m.StaleAgents, m.KnownAgents, m.GuardHolding, m.WithdrawnSlices, m.WithdrawnEndpoints, m.Errors, m.StaleNodes.Collector()} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("registering withdrawal metrics: %w", err)
-		}
-	}
-	return m, nil
-}
-
 // Withdrawer is the thin writer: it asks the tracker for a verdict and withdraws the endpoints
 // of the stale nodes, unless the guard holds.
 type Withdrawer struct {
-	// Client reads resources and slices and writes slices. It must read from a cache that
-	// holds index.SliceNode (index.Register).
-	Client client.Client
+	// Client reads resources and slices. It must read from a cache that holds
+	// index.SliceNode (index.Register).
+	Client client.Reader
+	// Slices is the program's one EndpointSlice writer, through which the endpoints are
+	// withdrawn.
+	Slices *slicewrite.Writer
 	// Tracker judges the agents.
 	Tracker *liveness.Tracker
 	// Metrics, optional.
-	Metrics *Metrics
+	Metrics *metrics.Liveness
 	// Log receives what was withdrawn and why nothing was.
 	Log logr.Logger
 	// Board, optional, receives every verdict for the status writer (the AgentsStale
@@ -151,14 +110,7 @@ type Withdrawer struct {
 func (w *Withdrawer) Run(ctx context.Context) (liveness.Verdict, error) {
 	v := w.Tracker.Judge()
 	if m := w.Metrics; m != nil {
-		m.KnownAgents.Set(float64(v.Known))
-		m.StaleAgents.Set(float64(len(v.Stale)))
-		guard := 0.0
-		if v.Guarded {
-			guard = 1
-		}
-		m.GuardHolding.Set(guard)
-		m.StaleNodes.Set(v.Stale)
+		m.SetVerdict(v.Known, v.Stale, v.Guarded)
 	}
 	if w.Board != nil {
 		if changed := w.Board.Publish(v); len(changed) > 0 && w.Notify != nil {
@@ -180,16 +132,12 @@ func (w *Withdrawer) Run(ctx context.Context) (liveness.Verdict, error) {
 	}
 	var errs []error
 	for _, s := range plan {
-		if err := w.Client.Update(ctx, s); err != nil {
-			w.countError()
-			errs = append(errs, fmt.Errorf("withdrawing EndpointSlice %s/%s of node %s: %w", s.Namespace, s.Name, slicemeta.NodeOf(s), err))
+		// The writer counts the withdrawal, or its failure.
+		if err := w.Slices.Withdraw(ctx, s); err != nil {
+			errs = append(errs, fmt.Errorf("node %s: %w", slicemeta.NodeOf(s), err))
 			continue
 		}
 		w.Log.Info("withdrew the endpoints of a stale node", "namespace", s.Namespace, "slice", s.Name, "node", slicemeta.NodeOf(s), "endpoints", len(s.Endpoints))
-		if m := w.Metrics; m != nil {
-			m.WithdrawnSlices.Inc()
-			m.WithdrawnEndpoints.Add(float64(len(s.Endpoints)))
-		}
 	}
 	return v, errors.Join(errs...)
 }

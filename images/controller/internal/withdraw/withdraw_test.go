@@ -28,6 +28,8 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/index"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/liveness"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/slicewrite"
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
 )
 
@@ -126,7 +128,7 @@ type world struct {
 	client  client.Client // reads from a cache, as the controller's does
 	clock   *clocktesting.FakeClock
 	tracker *liveness.Tracker
-	metrics *Metrics
+	metrics *metrics.Liveness
 	w       *Withdrawer
 }
 
@@ -150,11 +152,11 @@ func newWorld(t *testing.T, nodes ...string) *world {
 	for _, n := range nodes {
 		tr.Observe(n, time.Unix(1, 0))
 	}
-	m, err := NewMetrics(prometheus.NewRegistry())
+	m, err := metrics.NewLiveness(prometheus.NewRegistry())
 	require.NoError(t, err)
 	c := cachedClient(t)
 	w := &world{ns: ns, clock: clk, tracker: tr, metrics: m, client: c,
-		w: &Withdrawer{Client: c, Tracker: tr, Metrics: m, Log: logr.Discard()}}
+		w: &Withdrawer{Client: c, Slices: slicewrite.New(c, nil, m), Tracker: tr, Metrics: m, Log: logr.Discard()}}
 	w.caughtUp(t, nodes...)
 	return w
 }
