@@ -30,6 +30,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/childservice"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/liveness"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/slicewrite"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/status"
@@ -62,7 +63,7 @@ type Reconciler struct {
 	// fieldManager names the controller in managedFields.
 	fieldManager string
 	// agents is the liveness runner's judgement (nil when agents are not judged).
-	agents *agentsView
+	agents *liveness.Agents
 	now    func() time.Time
 	// builtinSwept holds the UIDs of adopted Services whose built-in EndpointSlices this process
 	// has already looked for and deleted (needsBuiltinSweep).
@@ -391,7 +392,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, swh *v1alpha1.ServiceWithH
 		Slices:        owned,
 		Ports:         ports,
 		Neighbours:    neighbours,
-		Agents:        r.agents.status(),
+		Agents:        agentsStatus(r.agents),
 		Now:           metav1.NewTime(r.now()),
 	})
 	r.metrics.SetPorts(client.ObjectKeyFromObject(swh), computed.Ports)

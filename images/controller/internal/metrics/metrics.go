@@ -75,6 +75,8 @@ type Metrics struct {
 	PortReadyEndpoints *prometheus.GaugeVec
 	// PortEndpoints is, per resource port, all endpoints of the last computed status.
 	PortEndpoints *prometheus.GaugeVec
+	// Liveness are the metrics of the agents' liveness and of the withdrawals.
+	Liveness *Liveness
 
 	mu    sync.Mutex
 	ports map[types.NamespacedName][]string // port label values set per resource
@@ -141,6 +143,11 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("registering controller metrics: %w", err)
 	}
+	lm, err := NewLiveness(reg)
+	if err != nil {
+		return nil, err
+	}
+	m.Liveness = lm
 	return m, nil
 }
 
@@ -188,8 +195,8 @@ func (m *Metrics) deletePort(resource types.NamespacedName, port string) {
 }
 
 // Liveness are the metrics of the agents' liveness (development/LIVENESS.md): the judgement
-// and the withdrawal of stale nodes' endpoints. They are registered only where agents are
-// judged (NewLiveness).
+// and the withdrawal of stale nodes' endpoints. New registers them with the others; NewLiveness
+// alone serves tests of the liveness package.
 type Liveness struct {
 	// StaleAgents is how many agents looked stale at the last judgement.
 	StaleAgents prometheus.Gauge

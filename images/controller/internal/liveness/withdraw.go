@@ -1,11 +1,7 @@
 // Copyright The service-with-healthchecks Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package withdraw withdraws the endpoints of nodes whose agent is stale (DESIGN §5): every
-// endpoint of our slices of such a node is set to ready=false, serving=false; the slices are
-// kept for the returning agent, which republishes after its own decisive results. While the
-// liveness guard holds (more than half of the agents stale at once), nothing is withdrawn.
-package withdraw
+package liveness
 
 import (
 	"context"
@@ -15,14 +11,10 @@ import (
 
 	"github.com/go-logr/logr"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
-	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
-	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/index"
-	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/liveness"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/slicewrite"
 )
@@ -81,8 +73,9 @@ func anyUp(s *discoveryv1.EndpointSlice) bool {
 	return false
 }
 
-// Withdrawer is the thin writer: it asks the tracker for a verdict and withdraws the endpoints
-// of the stale nodes, unless the guard holds.
+// Withdrawer acts on the judgement: it asks the tracker for a verdict (decide), publishes it,
+// reads the slices of the stale nodes (observe), asks Plan (decide) and withdraws through the
+// slice writer (apply), unless the guard holds.
 type Withdrawer struct {
 	// Client reads resources and slices. It must read from a cache that holds
 	// index.SliceNode (index.Register).
@@ -91,14 +84,14 @@ type Withdrawer struct {
 	// withdrawn.
 	Slices *slicewrite.Writer
 	// Tracker judges the agents.
-	Tracker *liveness.Tracker
+	Tracker *Tracker
 	// Metrics, optional.
 	Metrics *metrics.Liveness
 	// Log receives what was withdrawn and why nothing was.
 	Log logr.Logger
 	// Board, optional, receives every verdict for the status writer (the AgentsStale
 	// condition), before anything is withdrawn.
-	Board *liveness.Board
+	Board *Board
 	// Notify, optional, is called with the nodes whose judgement changed on the Board, so that
 	// the status of the resources with endpoints on them is computed again.
 	Notify func(ctx context.Context, nodes []string)
@@ -107,7 +100,7 @@ type Withdrawer struct {
 // Run judges the agents once and withdraws what the verdict says. It returns the verdict (the
 // caller runs again after its NextCheck, and shows a holding guard) and the first error;
 // slices that could not be written are retried by the next run.
-func (w *Withdrawer) Run(ctx context.Context) (liveness.Verdict, error) {
+func (w *Withdrawer) Run(ctx context.Context) (Verdict, error) {
 	v := w.Tracker.Judge()
 	if m := w.Metrics; m != nil {
 		m.SetVerdict(v.Known, v.Stale, v.Guarded)
@@ -125,7 +118,7 @@ func (w *Withdrawer) Run(ctx context.Context) (liveness.Verdict, error) {
 	if len(nodes) == 0 {
 		return v, nil
 	}
-	plan, err := w.plan(ctx, nodes)
+	plan, err := w.observeSlices(ctx, nodes)
 	if err != nil {
 		w.countError()
 		return v, err
@@ -140,40 +133,6 @@ func (w *Withdrawer) Run(ctx context.Context) (liveness.Verdict, error) {
 		w.Log.Info("withdrew the endpoints of a stale node", "namespace", s.Namespace, "slice", s.Name, "node", slicemeta.NodeOf(s), "endpoints", len(s.Endpoints))
 	}
 	return v, errors.Join(errs...)
-}
-
-// plan reads, through the cache's index by node, the slices of the stale nodes, and the live
-// resources they name by name, and asks Plan. The cost grows with the slices of those nodes,
-// not with every slice and resource of the cluster: the runner calls it on every observation
-// while a node stays stale.
-func (w *Withdrawer) plan(ctx context.Context, nodes []string) ([]*discoveryv1.EndpointSlice, error) {
-	var all []discoveryv1.EndpointSlice
-	for _, n := range nodes {
-		var slices discoveryv1.EndpointSliceList
-		// The cache's own objects, not copies: Plan copies what it changes.
-		if err := w.Client.List(ctx, &slices, client.MatchingFields{index.SliceNode: n}, client.UnsafeDisableDeepCopy); err != nil {
-			return nil, fmt.Errorf("listing our EndpointSlices of node %s: %w", n, err)
-		}
-		all = append(all, slices.Items...)
-	}
-	owners := map[types.NamespacedName]types.UID{}
-	for i := range all {
-		key := types.NamespacedName{Namespace: all[i].Namespace, Name: all[i].Labels[slicemeta.LabelResource]}
-		if _, seen := owners[key]; seen || key.Name == "" {
-			continue
-		}
-		var swh v1alpha1.ServiceWithHealthchecks
-		err := w.Client.Get(ctx, key, &swh)
-		switch {
-		case apierrors.IsNotFound(err):
-			owners[key] = "" // no live resource: none of its slices is ours to withdraw
-		case err != nil:
-			return nil, fmt.Errorf("reading ServiceWithHealthchecks %s: %w", key, err)
-		default:
-			owners[key] = swh.UID
-		}
-	}
-	return Plan(all, owners, nodes), nil
 }
 
 func (w *Withdrawer) countError() {

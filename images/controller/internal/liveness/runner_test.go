@@ -1,7 +1,7 @@
 // Copyright The service-with-healthchecks Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package withdraw
+package liveness
 
 import (
 	"context"
@@ -30,7 +30,6 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/index"
-	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/liveness"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/slicewrite"
 )
@@ -251,7 +250,7 @@ func TestRunnerRestartsTheGraceAfterItCouldNotSeeTheLeases(t *testing.T) {
 	reader, err := env.ServiceAccountClient(w.ns, "controller")
 	require.NoError(t, err)
 
-	tr := liveness.NewTracker(nil, grace)
+	tr := NewTracker(nil, grace)
 	m, err := metrics.NewLiveness(prometheus.NewRegistry())
 	require.NoError(t, err)
 	r := &Runner{
@@ -415,5 +414,9 @@ func setupRunner(t *testing.T, mgr ctrl.Manager, ns string, grace time.Duration)
 	t.Helper()
 	m, err := metrics.NewLiveness(prometheus.NewRegistry())
 	require.NoError(t, err)
-	return Setup(mgr, slicewrite.New(mgr.GetClient(), nil, m), m, ns, grace, nil, nil)
+	a, err := Setup(mgr, Options{Namespace: ns, Grace: grace, Writer: slicewrite.New(mgr.GetClient(), nil, m), Metrics: m})
+	if err != nil {
+		return nil, err
+	}
+	return a.Runner, nil
 }
