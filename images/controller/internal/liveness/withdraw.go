@@ -23,7 +23,7 @@ import (
 // and owned by the live resource whose UID owners holds under the slice's namespace and
 // resource label) and were published for one of the nodes, with at least one endpoint not yet
 // withdrawn. It returns modified copies, sorted by namespace and name; the input is untouched.
-func Plan(slices []discoveryv1.EndpointSlice, owners map[types.NamespacedName]types.UID, nodes []string) []*discoveryv1.EndpointSlice {
+func Plan(sliceList []discoveryv1.EndpointSlice, owners map[types.NamespacedName]types.UID, nodes []string) []*discoveryv1.EndpointSlice {
 	if len(nodes) == 0 {
 		return nil
 	}
@@ -32,8 +32,8 @@ func Plan(slices []discoveryv1.EndpointSlice, owners map[types.NamespacedName]ty
 		stale[n] = true
 	}
 	var out []*discoveryv1.EndpointSlice
-	for i := range slices {
-		s := &slices[i]
+	for i := range sliceList {
+		s := &sliceList[i]
 		if !stale[slicemeta.NodeOf(s)] {
 			continue
 		}
