@@ -7,7 +7,6 @@ import (
 	"io"
 
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
-	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/withdraw"
 	"github.com/deckhouse/service-with-healthchecks/lib/metricsdesc"
 )
 
@@ -17,18 +16,13 @@ import (
 const describeMetricsCommand = "describe-metrics"
 
 // recordMetrics registers with rec every collector the manager registers (the controller's
-// metrics and the liveness runner's); TestDescribeMetricsListsWhatTheManagerRegisters keeps it
+// metrics, the liveness runner's among them); TestDescribeMetricsListsWhatTheManagerRegisters keeps it
 // in step with controller.NewManager. controller-runtime's own metrics (workqueue_*,
 // rest_client_*, leader_election_master_status, controller_runtime_*) go to its global
 // registry and are not listed.
 func recordMetrics(rec *metricsdesc.Recorder) error {
-	if _, err := metrics.New(rec); err != nil {
-		return err
-	}
-	if _, err := withdraw.NewMetrics(rec); err != nil {
-		return err
-	}
-	return nil
+	_, err := metrics.New(rec)
+	return err
 }
 
 // describeMetrics prints the metrics of every collector the program registers, from Describe:

@@ -56,7 +56,33 @@ func Desired(swh *v1alpha1.ServiceWithHealthchecks, owned *corev1ac.ServiceApply
 	for i := range s.Ports {
 		spec.WithPorts(desiredPort(&s.Ports[i], needsNodePorts))
 	}
+	desiredClusterIPs(spec, s, owned)
+	if len(s.ExternalIPs) > 0 {
+		spec.WithExternalIPs(s.ExternalIPs...)
+	}
+	desiredSessionAffinity(spec, s)
+	desiredTrafficPolicies(spec, s, needsNodePorts)
+	if s.PublishNotReadyAddresses {
+		spec.WithPublishNotReadyAddresses(true)
+	}
+	if len(s.IPFamilies) > 0 {
+		spec.WithIPFamilies(s.IPFamilies...)
+	}
+	if s.IPFamilyPolicy != nil {
+		spec.WithIPFamilyPolicy(*s.IPFamilyPolicy)
+	}
+	if typ == corev1.ServiceTypeLoadBalancer {
+		desiredLoadBalancer(spec, s)
+	}
+	if s.TrafficDistribution != nil && *s.TrafficDistribution != "" {
+		spec.WithTrafficDistribution(*s.TrafficDistribution)
+	}
+	return desiredService(swh, spec)
+}
 
+// desiredClusterIPs sets the cluster IPs: the resource's at creation (owned is nil), the ones
+// the controller already owns afterwards (cluster IPs are set only at creation).
+func desiredClusterIPs(spec *corev1ac.ServiceSpecApplyConfiguration, s *v1alpha1.ServiceWithHealthchecksSpec, owned *corev1ac.ServiceApplyConfiguration) {
 	if owned == nil {
 		if s.ClusterIP != "" {
 			spec.WithClusterIP(s.ClusterIP)
@@ -68,10 +94,11 @@ func Desired(swh *v1alpha1.ServiceWithHealthchecks, owned *corev1ac.ServiceApply
 		spec.ClusterIP = owned.Spec.ClusterIP
 		spec.ClusterIPs = slices.Clone(owned.Spec.ClusterIPs)
 	}
+}
 
-	if len(s.ExternalIPs) > 0 {
-		spec.WithExternalIPs(s.ExternalIPs...)
-	}
+// desiredSessionAffinity sets the session affinity, with the API server's default timeout for
+// ClientIP when the resource names none.
+func desiredSessionAffinity(spec *corev1ac.ServiceSpecApplyConfiguration, s *v1alpha1.ServiceWithHealthchecksSpec) {
 	affinity := cmp.Or(s.SessionAffinity, corev1.ServiceAffinityNone)
 	spec.WithSessionAffinity(affinity)
 	if affinity == corev1.ServiceAffinityClientIP {
@@ -82,6 +109,11 @@ func Desired(swh *v1alpha1.ServiceWithHealthchecks, owned *corev1ac.ServiceApply
 		spec.WithSessionAffinityConfig(corev1ac.SessionAffinityConfig().
 			WithClientIP(corev1ac.ClientIPConfig().WithTimeoutSeconds(timeout)))
 	}
+}
+
+// desiredTrafficPolicies sets the external (for node ports) and internal traffic policies and
+// the health check node port, with the API server's defaults.
+func desiredTrafficPolicies(spec *corev1ac.ServiceSpecApplyConfiguration, s *v1alpha1.ServiceWithHealthchecksSpec, needsNodePorts bool) {
 	if needsNodePorts {
 		spec.WithExternalTrafficPolicy(cmp.Or(s.ExternalTrafficPolicy, corev1.ServiceExternalTrafficPolicyCluster))
 	}
@@ -93,35 +125,29 @@ func Desired(swh *v1alpha1.ServiceWithHealthchecks, owned *corev1ac.ServiceApply
 	if s.HealthCheckNodePort != 0 {
 		spec.WithHealthCheckNodePort(s.HealthCheckNodePort)
 	}
-	if s.PublishNotReadyAddresses {
-		spec.WithPublishNotReadyAddresses(true)
-	}
-	if len(s.IPFamilies) > 0 {
-		spec.WithIPFamilies(s.IPFamilies...)
-	}
-	if s.IPFamilyPolicy != nil {
-		spec.WithIPFamilyPolicy(*s.IPFamilyPolicy)
-	}
-	if typ == corev1.ServiceTypeLoadBalancer {
-		allocate := true
-		if s.AllocateLoadBalancerNodePorts != nil {
-			allocate = *s.AllocateLoadBalancerNodePorts
-		}
-		spec.WithAllocateLoadBalancerNodePorts(allocate)
-		if s.LoadBalancerIP != "" {
-			spec.WithLoadBalancerIP(s.LoadBalancerIP)
-		}
-		if len(s.LoadBalancerSourceRanges) > 0 {
-			spec.WithLoadBalancerSourceRanges(s.LoadBalancerSourceRanges...)
-		}
-		if s.LoadBalancerClass != nil {
-			spec.WithLoadBalancerClass(*s.LoadBalancerClass)
-		}
-	}
-	if s.TrafficDistribution != nil && *s.TrafficDistribution != "" {
-		spec.WithTrafficDistribution(*s.TrafficDistribution)
-	}
+}
 
+// desiredLoadBalancer sets the fields of a LoadBalancer Service.
+func desiredLoadBalancer(spec *corev1ac.ServiceSpecApplyConfiguration, s *v1alpha1.ServiceWithHealthchecksSpec) {
+	allocate := true
+	if s.AllocateLoadBalancerNodePorts != nil {
+		allocate = *s.AllocateLoadBalancerNodePorts
+	}
+	spec.WithAllocateLoadBalancerNodePorts(allocate)
+	if s.LoadBalancerIP != "" {
+		spec.WithLoadBalancerIP(s.LoadBalancerIP)
+	}
+	if len(s.LoadBalancerSourceRanges) > 0 {
+		spec.WithLoadBalancerSourceRanges(s.LoadBalancerSourceRanges...)
+	}
+	if s.LoadBalancerClass != nil {
+		spec.WithLoadBalancerClass(*s.LoadBalancerClass)
+	}
+}
+
+// desiredService is the Service of swh with spec: the resource as controlling owner, its labels
+// and the annotations that propagate.
+func desiredService(swh *v1alpha1.ServiceWithHealthchecks, spec *corev1ac.ServiceSpecApplyConfiguration) *corev1ac.ServiceApplyConfiguration {
 	ref := slicemeta.OwnerReference(swh.Name, swh.UID)
 	svc := corev1ac.Service(swh.Name, swh.Namespace).
 		WithOwnerReferences(metav1ac.OwnerReference().
@@ -176,20 +202,20 @@ func normalize(in *corev1ac.ServiceApplyConfiguration) *corev1ac.ServiceApplyCon
 	out := *in
 	out.Status = nil
 	if in.ObjectMetaApplyConfiguration != nil {
-		meta := *in.ObjectMetaApplyConfiguration
+		objectMeta := *in.ObjectMetaApplyConfiguration
 		// Identity and bookkeeping fields are preconditions of a write, never owned content.
-		meta.UID, meta.ResourceVersion, meta.Generation, meta.CreationTimestamp = nil, nil, nil, nil
-		if len(meta.Labels) == 0 {
-			meta.Labels = nil
+		objectMeta.UID, objectMeta.ResourceVersion, objectMeta.Generation, objectMeta.CreationTimestamp = nil, nil, nil, nil
+		if len(objectMeta.Labels) == 0 {
+			objectMeta.Labels = nil
 		}
-		if len(meta.Annotations) == 0 {
-			meta.Annotations = nil
+		if len(objectMeta.Annotations) == 0 {
+			objectMeta.Annotations = nil
 		}
-		meta.OwnerReferences = slices.Clone(meta.OwnerReferences)
-		slices.SortFunc(meta.OwnerReferences, func(a, b metav1ac.OwnerReferenceApplyConfiguration) int {
+		objectMeta.OwnerReferences = slices.Clone(objectMeta.OwnerReferences)
+		slices.SortFunc(objectMeta.OwnerReferences, func(a, b metav1ac.OwnerReferenceApplyConfiguration) int {
 			return cmp.Compare(deref(a.UID), deref(b.UID))
 		})
-		out.ObjectMetaApplyConfiguration = &meta
+		out.ObjectMetaApplyConfiguration = &objectMeta
 	}
 	if in.Spec != nil {
 		spec := *in.Spec

@@ -10,9 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -67,14 +64,13 @@ func (r *Reconciler) needsBuiltinSweep(svc *corev1.Service, justCleared bool) bo
 // selector is cleared: the built-in EndpointSlice controller stops managing a Service without
 // a selector and leaves its slices, which would keep routing to every selected pod whatever the
 // probes say. It lists them from the API server (the informer sees only this module's slices)
-// and deletes each with a UID precondition. Safe to repeat.
+// and deletes each through the slice writer with a UID precondition. Safe to repeat.
 func (r *Reconciler) deleteBuiltinSlices(ctx context.Context, swh *v1alpha1.ServiceWithHealthchecks, svc *corev1.Service) error {
-	sel := labels.SelectorFromSet(labels.Set{
+	var list discoveryv1.EndpointSliceList
+	if err := r.reader.List(ctx, &list, client.InNamespace(svc.Namespace), client.MatchingLabels{
 		discoveryv1.LabelServiceName: svc.Name,
 		discoveryv1.LabelManagedBy:   BuiltinManagedBy,
-	}).String()
-	list, err := r.services.DiscoveryV1().EndpointSlices(svc.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
-	if err != nil {
+	}); err != nil {
 		r.metrics.Errors.WithLabelValues(metrics.OpRead).Inc()
 		return fmt.Errorf("listing the built-in EndpointSlices of Service %s/%s: %w", svc.Namespace, svc.Name, err)
 	}
@@ -84,17 +80,15 @@ func (r *Reconciler) deleteBuiltinSlices(ctx context.Context, swh *v1alpha1.Serv
 		if !isBuiltinSliceOf(s, svc) {
 			continue
 		}
-		err := r.services.DiscoveryV1().EndpointSlices(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.UID}})
-		if apierrors.IsNotFound(err) || conflict(err) {
-			// Gone already, or replaced by another object of the same name (not the one listed).
-			continue
-		}
+		// Gone already, or replaced by another object of the same name (not the one listed):
+		// not deleted, and no error.
+		ok, err := r.sliceWriter.DeleteBuiltin(ctx, s)
 		if err != nil {
-			r.metrics.Errors.WithLabelValues(metrics.OpDeleteBuiltinSlice).Inc()
-			return fmt.Errorf("deleting the built-in EndpointSlice %s/%s of Service %s: %w", s.Namespace, s.Name, svc.Name, err)
+			return fmt.Errorf("deleting a built-in EndpointSlice of Service %s: %w", svc.Name, err)
 		}
-		r.metrics.BuiltinSlicesDeleted.Inc()
-		deleted = append(deleted, s.Name)
+		if ok {
+			deleted = append(deleted, s.Name)
+		}
 	}
 	if len(deleted) == 0 {
 		// Only a sweep that found nothing ends the looking: a built-in controller that had not

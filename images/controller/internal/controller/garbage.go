@@ -28,12 +28,12 @@ import (
 // collectSlices deletes the garbage among the slices of a live resource. What the cache says is
 // confirmed against the API server first: a resource or node created a moment ago may not be in
 // the cache yet, and its fresh slices must not be deleted.
-func (r *Reconciler) collectSlices(ctx context.Context, swh *v1alpha1.ServiceWithHealthchecks, slices []discoveryv1.EndpointSlice) error {
-	nodes, err := r.existingNodes(ctx, slices)
+func (r *Reconciler) collectSlices(ctx context.Context, swh *v1alpha1.ServiceWithHealthchecks, sliceList []discoveryv1.EndpointSlice) error {
+	nodes, err := r.existingNodes(ctx, sliceList)
 	if err != nil {
 		return err
 	}
-	candidates := gc.Decide(gc.Input{Resource: swh, Nodes: nodes, Slices: slices})
+	candidates := gc.Decide(gc.Input{Resource: swh, Nodes: nodes, Slices: sliceList})
 	if len(candidates) == 0 {
 		return nil
 	}
@@ -43,7 +43,7 @@ func (r *Reconciler) collectSlices(ctx context.Context, swh *v1alpha1.ServiceWit
 // collectOrphans handles a resource that is gone: its slices and a Service it controlled are
 // deleted, once the API server confirms that the resource is gone.
 func (r *Reconciler) collectOrphans(ctx context.Context, key types.NamespacedName) (ctrl.Result, error) {
-	slices, err := r.listSlices(ctx, key.Namespace, key.Name)
+	sliceList, err := r.listSlices(ctx, key.Namespace, key.Name)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -52,7 +52,7 @@ func (r *Reconciler) collectOrphans(ctx context.Context, key types.NamespacedNam
 		return ctrl.Result{}, err
 	}
 	orphanService := svc != nil && childservice.ControlledByResource(svc, key.Name)
-	candidates := gc.Decide(gc.Input{Slices: slices})
+	candidates := gc.Decide(gc.Input{Slices: sliceList})
 	if len(candidates) == 0 && !orphanService {
 		return ctrl.Result{}, nil
 	}
@@ -114,37 +114,33 @@ func (r *Reconciler) confirmAndDelete(ctx context.Context, key types.NamespacedN
 			nodes.Insert(n)
 		}
 	}
-	slices := make([]discoveryv1.EndpointSlice, 0, len(candidates))
+	sliceList := make([]discoveryv1.EndpointSlice, 0, len(candidates))
 	for _, c := range candidates {
-		slices = append(slices, *c.Slice)
+		sliceList = append(sliceList, *c.Slice)
 	}
 	var errs []error
-	for _, g := range gc.Decide(gc.Input{Resource: fresh, Nodes: nodes, Slices: slices}) {
+	for _, g := range gc.Decide(gc.Input{Resource: fresh, Nodes: nodes, Slices: sliceList}) {
 		errs = append(errs, r.deleteSlice(ctx, g))
 	}
 	return errors.Join(errs...)
 }
 
-// deleteSlice deletes the slice exactly as it was decided on: the UID and resourceVersion
-// preconditions make the delete fail if the slice changed since (an agent took it over for the
-// live resource, DESIGN §5: the adopted slice must not go), and the change's own event brings
-// the decision back with the new content.
+// deleteSlice deletes the slice exactly as it was decided on, through the slice writer: the UID
+// and resourceVersion preconditions make the delete fail if the slice changed since (an agent
+// took it over for the live resource, DESIGN §5: the adopted slice must not go), and the
+// change's own event brings the decision back with the new content.
 func (r *Reconciler) deleteSlice(ctx context.Context, g gc.Garbage) error {
-	uid, rv := g.Slice.UID, g.Slice.ResourceVersion
-	err := r.client.Delete(ctx, g.Slice, client.Preconditions{UID: &uid, ResourceVersion: &rv})
-	switch {
-	case err == nil:
-	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+	deleted, err := r.sliceWriter.DeleteGarbage(ctx, g.Slice, string(g.Reason))
+	if err != nil {
+		return err
+	}
+	if !deleted {
 		// Gone already, replaced by a slice of the same name, or changed since the decision:
 		// not this garbage.
 		ctrl.LoggerFrom(ctx).V(1).Info("a garbage EndpointSlice changed or went before its deletion; deciding again on its next event",
-			"endpointSlice", client.ObjectKeyFromObject(g.Slice), "reason", string(g.Reason), "error", err.Error())
+			"endpointSlice", client.ObjectKeyFromObject(g.Slice), "reason", string(g.Reason))
 		return nil
-	default:
-		r.metrics.Errors.WithLabelValues(metrics.OpDeleteSlice).Inc()
-		return fmt.Errorf("deleting EndpointSlice %s/%s: %w", g.Slice.Namespace, g.Slice.Name, err)
 	}
-	r.metrics.GarbageCollectedSlices.WithLabelValues(string(g.Reason)).Inc()
 	ctrl.LoggerFrom(ctx).Info("deleted a garbage EndpointSlice", "endpointSlice", client.ObjectKeyFromObject(g.Slice),
 		"reason", string(g.Reason), "node", slicemeta.NodeOf(g.Slice), "port", g.Slice.Labels[slicemeta.LabelPort])
 	return nil
@@ -178,11 +174,11 @@ func (r *Reconciler) nodeExists(ctx context.Context, name string) (bool, error) 
 
 // existingNodes are the nodes named by the slices (slicemeta.NodeOf) that exist in the cache:
 // what gc.Decide needs to know, read by name rather than by listing every Node.
-func (r *Reconciler) existingNodes(ctx context.Context, slices []discoveryv1.EndpointSlice) (sets.Set[string], error) {
+func (r *Reconciler) existingNodes(ctx context.Context, sliceList []discoveryv1.EndpointSlice) (sets.Set[string], error) {
 	names := sets.New[string]()
 	asked := sets.New[string]()
-	for i := range slices {
-		name := slicemeta.NodeOf(&slices[i])
+	for i := range sliceList {
+		name := slicemeta.NodeOf(&sliceList[i])
 		if name == "" || asked.Has(name) {
 			continue
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/gc"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/slicewrite"
 )
 
 func TestGarbageSlicesAreDeletedAndTheRestSurvives(t *testing.T) {
@@ -127,7 +128,7 @@ func TestACollectionDecidedBeforeAnAdoptionDeletesNothing(t *testing.T) {
 			require.NoError(t, err)
 			// The reconciler's collector alone, on the API server (no informer, no queue): every step
 			// happens when the test says.
-			r := &Reconciler{client: env.Client, reader: env.Client, services: cs, metrics: m, now: time.Now}
+			r := &Reconciler{client: env.Client, reader: env.Client, services: cs, sliceWriter: slicewrite.New(env.Client, m, nil), metrics: m, now: time.Now}
 
 			nodeName := ns + "-n1"
 			node(t, nodeName)

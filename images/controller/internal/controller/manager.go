@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -44,8 +43,8 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/index"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/liveness"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/slicewrite"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/status"
-	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/withdraw"
 )
 
 // Names the controller is known by.
@@ -149,19 +148,19 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, *metrics.Metrics, er
 	if err != nil {
 		return nil, nil, err
 	}
-	var agents *agentsView
+	// The program's one EndpointSlice writer: garbage, built-in slices and withdrawals.
+	writer := slicewrite.New(mgr.GetClient(), m, m.Liveness)
+	var agents *liveness.Agents
 	if o.AgentLeaseNamespace != "" {
-		agents = &agentsView{board: liveness.NewBoard(), namespace: o.AgentLeaseNamespace, changes: make(chan event.GenericEvent, agentChanges)}
-	}
-	if err := setup(mgr, m, o, agents); err != nil {
-		return nil, nil, err
-	}
-	if agents != nil {
 		// Liveness of the agents (development/LIVENESS.md): leader-only, withdraws stale nodes'
 		// endpoints and publishes its verdicts for the AgentsStale condition.
-		if _, err := withdraw.Setup(mgr, reg, o.AgentLeaseNamespace, o.AgentLostGrace, agents.board, agents.notify); err != nil {
+		agents, err = liveness.Setup(mgr, liveness.Options{Namespace: o.AgentLeaseNamespace, Grace: o.AgentLostGrace, Writer: writer, Metrics: m.Liveness})
+		if err != nil {
 			return nil, nil, err
 		}
+	}
+	if err := setup(mgr, m, writer, o, agents); err != nil {
+		return nil, nil, err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, nil, fmt.Errorf("adding the health check: %w", err)
@@ -187,43 +186,18 @@ func newScheme() *runtime.Scheme {
 	return s
 }
 
-// agentChanges buffers node names whose liveness judgement changed, on their way from the
-// liveness runner to the reconciler's queue.
-const agentChanges = 1024
-
-// agentsView connects the liveness runner (the writer of the board) with the reconciler (the
-// status writer, its reader): a changed judgement of a node enqueues the resources with slices
-// on that node.
-type agentsView struct {
-	board     *liveness.Board
-	namespace string
-	changes   chan event.GenericEvent
-}
-
-// notify hands the nodes to the reconciler's watch; it waits while the buffer is full, until
-// ctx ends.
-func (a *agentsView) notify(ctx context.Context, nodes []string) {
-	for _, n := range nodes {
-		select {
-		case a.changes <- event.GenericEvent{Object: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: n}}}:
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-// status is the judgement for the status; nil when agents are not judged.
-func (a *agentsView) status() *status.Agents {
+// agentsStatus is the judgement for the status; nil when agents are not judged.
+func agentsStatus(a *liveness.Agents) *status.Agents {
 	if a == nil {
 		return nil
 	}
-	j := a.board.Current()
-	return &status.Agents{Known: j.Known, Stale: j.Stale, Guarded: j.Guarded, LookStale: j.LookStale, LeaseNamespace: a.namespace}
+	j := a.Current()
+	return &status.Agents{Known: j.Known, Stale: j.Stale, Guarded: j.Guarded, LookStale: j.LookStale, LeaseNamespace: a.Namespace}
 }
 
 // setup registers the reconciler and its watches with mgr; agents is nil when the agents'
 // liveness is not judged.
-func setup(mgr ctrl.Manager, m *metrics.Metrics, o Options, agents *agentsView) error {
+func setup(mgr ctrl.Manager, m *metrics.Metrics, writer *slicewrite.Writer, o Options, agents *liveness.Agents) error {
 	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
 	if err != nil {
 		return fmt.Errorf("creating the clientset: %w", err)
@@ -236,6 +210,7 @@ func setup(mgr ctrl.Manager, m *metrics.Metrics, o Options, agents *agentsView) 
 		client:       mgr.GetClient(),
 		reader:       mgr.GetAPIReader(),
 		services:     cs,
+		sliceWriter:  writer,
 		recorder:     mgr.GetEventRecorder(EventSource),
 		metrics:      m,
 		fieldManager: fm,
@@ -267,7 +242,7 @@ func setup(mgr ctrl.Manager, m *metrics.Metrics, o Options, agents *agentsView) 
 	if agents != nil {
 		// An agent turning stale or fresh, or the guard turning on or off, changes the
 		// AgentsStale condition of the resources with slices on the nodes concerned.
-		b = b.WatchesRawSource(source.Channel(agents.changes, handler.EnqueueRequestsFromMapFunc(r.nodeToResources)))
+		b = b.WatchesRawSource(source.Channel(agents.Changes(), handler.EnqueueRequestsFromMapFunc(r.nodeToResources)))
 	}
 	if err := b.Complete(r); err != nil {
 		return fmt.Errorf("creating the controller: %w", err)

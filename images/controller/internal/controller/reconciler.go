@@ -30,7 +30,9 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/childservice"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/liveness"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/slicewrite"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/status"
 )
 
@@ -47,18 +49,21 @@ const (
 // Reconciler reconciles one ServiceWithHealthchecks per call; several calls for different
 // resources may run at once (Options.MaxConcurrentReconciles), never two for the same one.
 type Reconciler struct {
-	// client reads from the informer cache and writes slices and status.
+	// client reads from the informer cache and writes the status.
 	client client.Client
 	// reader reads from the API server itself: to confirm before deleting, and to look for pods.
 	reader client.Reader
 	// services writes child Services (typed results of create, apply and patch).
 	services kubernetes.Interface
-	recorder events.EventRecorder
-	metrics  *metrics.Metrics
+	// sliceWriter is the program's one EndpointSlice writer (garbage, built-in slices; the
+	// liveness runner withdraws through the same one).
+	sliceWriter *slicewrite.Writer
+	recorder    events.EventRecorder
+	metrics     *metrics.Metrics
 	// fieldManager names the controller in managedFields.
 	fieldManager string
 	// agents is the liveness runner's judgement (nil when agents are not judged).
-	agents *agentsView
+	agents *liveness.Agents
 	now    func() time.Time
 	// builtinSwept holds the UIDs of adopted Services whose built-in EndpointSlices this process
 	// has already looked for and deleted (needsBuiltinSweep).
@@ -100,7 +105,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{}, nil
 	}
 
-	slices, err := r.listSlices(ctx, req.Namespace, req.Name)
+	sliceList, err := r.listSlices(ctx, req.Namespace, req.Name)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -111,10 +116,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 
 	// The per-port counts are computed once, for the status. The adoption waits until every
 	// port has a ready endpoint in every family of the Service (WithoutReadyIn).
-	owned := status.Owned(&swh, slices)
+	owned := status.Owned(&swh, sliceList)
 	ports := status.Ports(&swh, owned)
 	out, svcErr := r.syncService(ctx, &swh, live, status.WithoutReadyIn(&swh, owned, status.ServiceFamilies(live)))
-	gcErr := r.collectSlices(ctx, &swh, slices)
+	gcErr := r.collectSlices(ctx, &swh, sliceList)
 	var stErr error
 	if !conflict(svcErr) && !out.requeue {
 		// After a lost race the outcome says nothing about the Service: report on the next run.
@@ -143,68 +148,97 @@ type serviceOutcome struct {
 	requeue bool
 }
 
+// syncService observes, decides and writes the Service of one resource. A Service this
+// resource owns stays its Service in the outcome whatever write fails: status.clusterIP is
+// cleared only when the controller has seen the Service absent, foreign or stale, never
+// because a write failed (a 500, a timeout, an admission refusal); ServiceSynced carries the
+// error. The agents read an empty status.clusterIP as "not ours" and withdraw every endpoint.
 func (r *Reconciler) syncService(ctx context.Context, swh *v1alpha1.ServiceWithHealthchecks, live *corev1.Service, waiting []string) (serviceOutcome, error) {
-	log := ctrl.LoggerFrom(ctx)
+	var out serviceOutcome
+	if childservice.Classify(swh, live) == childservice.Owned {
+		out.service = live
+	}
+	plan, err := r.planService(ctx, swh, live, waiting)
+	if err != nil {
+		out.synced = writeFailed(err)
+		return out, err
+	}
+	out.synced = plan.Synced
+	live, done, err := r.writePlanned(ctx, swh, live, plan, &out)
+	if done || err != nil {
+		return out, err
+	}
+	return out, r.finishService(ctx, swh, live, plan, &out)
+}
+
+// planService reads what the controller owns in live and, during an adoption, whether its
+// selector selects pods, and asks childservice.Decide.
+func (r *Reconciler) planService(ctx context.Context, swh *v1alpha1.ServiceWithHealthchecks, live *corev1.Service, waiting []string) (childservice.Plan, error) {
 	var owned *corev1ac.ServiceApplyConfiguration
 	if live != nil {
 		var err error
 		if owned, err = corev1ac.ExtractService(live, r.fieldManager); err != nil {
-			return serviceOutcome{synced: writeFailed(err)}, fmt.Errorf("reading the fields owned in Service %s/%s: %w", live.Namespace, live.Name, err)
+			return childservice.Plan{}, fmt.Errorf("reading the fields owned in Service %s/%s: %w", live.Namespace, live.Name, err)
 		}
 	}
 	selectsPods := false
 	if childservice.NeedsPodCheck(swh, live, waiting) {
 		var err error
 		if selectsPods, err = r.selectsPods(ctx, live); err != nil {
-			return serviceOutcome{synced: writeFailed(err)}, err
+			return childservice.Plan{}, err
 		}
 	}
 	plan := childservice.Decide(childservice.Input{
 		Resource: swh, Live: live, Owned: owned, PortsWithoutReady: waiting, SelectsPods: selectsPods,
 	})
-	out := serviceOutcome{synced: plan.Synced}
-	log.V(1).Info("planned the child Service", "ownership", plan.Ownership.String(),
+	ctrl.LoggerFrom(ctx).V(1).Info("planned the child Service", "ownership", plan.Ownership.String(),
 		"create", plan.Create != nil, "apply", plan.Apply != nil, "clearSelector", plan.ClearSelector,
 		"deleteStale", plan.DeleteStale, "reason", plan.Synced.Reason)
+	return plan, nil
+}
 
+// writePlanned deletes, creates or applies the Service as planned and returns the Service as
+// written; done is set when nothing follows (a foreign or stale Service, a create the cache
+// has not seen, a failed write). out.service is the written Service once it is this resource's.
+func (r *Reconciler) writePlanned(ctx context.Context, swh *v1alpha1.ServiceWithHealthchecks, live *corev1.Service, plan childservice.Plan, out *serviceOutcome) (*corev1.Service, bool, error) {
+	log := ctrl.LoggerFrom(ctx)
 	switch {
 	case plan.Ownership == childservice.Foreign:
 		r.metrics.Conflicts.WithLabelValues(metrics.ConflictForeignService).Inc()
-		return out, nil
+		return live, true, nil
 	case plan.DeleteStale:
 		err := r.services.CoreV1().Services(live.Namespace).Delete(ctx, live.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &live.UID}})
 		if err != nil && !apierrors.IsNotFound(err) {
 			r.metrics.Errors.WithLabelValues(metrics.OpDeleteService).Inc()
-			return out, fmt.Errorf("deleting Service %s/%s left by a deleted resource: %w", live.Namespace, live.Name, err)
+			return live, true, fmt.Errorf("deleting Service %s/%s left by a deleted resource: %w", live.Namespace, live.Name, err)
 		}
 		r.metrics.ServiceWrites.WithLabelValues(metrics.OpDeleteService).Inc()
 		log.Info("deleted a Service left by a deleted resource of the same name", "service", client.ObjectKeyFromObject(live))
-		return out, nil
+		return live, true, nil
 	case plan.Create != nil:
 		created, err := r.createService(ctx, plan.Create)
 		if apierrors.IsAlreadyExists(err) {
 			// The cache has not seen a Service that exists: look again once it has.
 			out.requeue = true
-			return out, nil
+			return live, true, nil
 		}
 		if err != nil {
 			out.synced = r.writeCondition(err)
-			return out, err
+			return live, true, err
 		}
 		r.recorder.Eventf(swh, nil, corev1.EventTypeNormal, eventServiceCreated, "Create", "Created Service %s", created.Name)
-		live = created
+		out.service = created
+		return created, false, nil
 	case plan.Apply != nil:
 		applied, err := r.applyService(ctx, live, plan.Apply, plan.Adopt)
 		if err != nil {
+			// An owned Service stays out.service, as it was; an adoptable one is not ours yet.
 			out.synced = r.writeCondition(err)
-			if plan.Ownership == childservice.Owned {
-				out.service = live // still ours, as it was
-			}
 			if apierrors.IsInvalid(err) {
 				// Retrying cannot help until the resource changes, which triggers a reconcile.
-				return out, nil
+				return live, true, nil
 			}
-			return out, err
+			return live, true, err
 		}
 		if plan.Adopt {
 			r.metrics.Adoptions.Inc()
@@ -212,28 +246,37 @@ func (r *Reconciler) syncService(ctx context.Context, swh *v1alpha1.ServiceWithH
 				"Adopted Service %s; its cluster IP %s and node ports are kept", live.Name, live.Spec.ClusterIP)
 			log.Info("adopted an existing Service", "service", client.ObjectKeyFromObject(live))
 		}
-		live = applied
+		out.service = applied
+		return applied, false, nil
 	}
+	return live, false, nil
+}
 
+// finishService upgrades the managedFields, clears the selector when planned and deletes the
+// built-in slices of an adopted Service. live is this resource's Service: out.service is set
+// to it before any write, and follows each write that succeeds; a failed Service write sets
+// ServiceSynced to its error (a lost race is not reported: the reconcile runs again).
+func (r *Reconciler) finishService(ctx context.Context, swh *v1alpha1.ServiceWithHealthchecks, live *corev1.Service, plan childservice.Plan, out *serviceOutcome) error {
+	out.service = live
 	if err := r.upgradeManagedFields(ctx, live); err != nil {
-		return out, err
+		out.synced = r.writeCondition(err)
+		return err
 	}
 	if plan.ClearSelector {
 		cleared, err := r.clearSelector(ctx, live)
 		if err != nil {
-			return out, err
+			out.synced = r.writeCondition(err)
+			return err
 		}
 		r.recorder.Eventf(swh, nil, corev1.EventTypeNormal, eventSelectorCleared, "ClearSelector",
 			"Cleared the selector of Service %s: its endpoints now come from this module's EndpointSlices", live.Name)
 		live = cleared
+		out.service = live
 	}
-	out.service = live
 	if r.needsBuiltinSweep(live, plan.ClearSelector) {
-		if err := r.deleteBuiltinSlices(ctx, swh, live); err != nil {
-			return out, err
-		}
+		return r.deleteBuiltinSlices(ctx, swh, live)
 	}
-	return out, nil
+	return nil
 }
 
 // createService creates the Service. A create (not an apply) can never modify a Service that
@@ -265,12 +308,12 @@ func (r *Reconciler) createService(ctx context.Context, desired *corev1ac.Servic
 // makes it fail with a conflict, and the next reconcile sees a foreign Service.
 func (r *Reconciler) applyService(ctx context.Context, live *corev1.Service, desired *corev1ac.ServiceApplyConfiguration, adopt bool) (*corev1.Service, error) {
 	cfg := *desired
-	meta := *desired.ObjectMetaApplyConfiguration
-	meta.UID = &live.UID
+	objectMeta := *desired.ObjectMetaApplyConfiguration
+	objectMeta.UID = &live.UID
 	if adopt {
-		meta.ResourceVersion = &live.ResourceVersion
+		objectMeta.ResourceVersion = &live.ResourceVersion
 	}
-	cfg.ObjectMetaApplyConfiguration = &meta
+	cfg.ObjectMetaApplyConfiguration = &objectMeta
 	applied, err := r.services.CoreV1().Services(live.Namespace).Apply(ctx, &cfg, metav1.ApplyOptions{FieldManager: r.fieldManager, Force: true})
 	if err != nil {
 		if !conflict(err) {
@@ -387,7 +430,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, swh *v1alpha1.ServiceWithH
 		Slices:        owned,
 		Ports:         ports,
 		Neighbours:    neighbours,
-		Agents:        r.agents.status(),
+		Agents:        agentsStatus(r.agents),
 		Now:           metav1.NewTime(r.now()),
 	})
 	r.metrics.SetPorts(client.ObjectKeyFromObject(swh), computed.Ports)

@@ -75,6 +75,8 @@ type Metrics struct {
 	PortReadyEndpoints *prometheus.GaugeVec
 	// PortEndpoints is, per resource port, all endpoints of the last computed status.
 	PortEndpoints *prometheus.GaugeVec
+	// Liveness are the metrics of the agents' liveness and of the withdrawals.
+	Liveness *Liveness
 
 	mu    sync.Mutex
 	ports map[types.NamespacedName][]string // port label values set per resource
@@ -141,6 +143,11 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("registering controller metrics: %w", err)
 	}
+	lm, err := NewLiveness(reg)
+	if err != nil {
+		return nil, err
+	}
+	m.Liveness = lm
 	return m, nil
 }
 
@@ -185,6 +192,64 @@ func (m *Metrics) ForgetResource(resource types.NamespacedName) {
 func (m *Metrics) deletePort(resource types.NamespacedName, port string) {
 	m.PortReadyEndpoints.DeleteLabelValues(resource.Namespace, resource.Name, port)
 	m.PortEndpoints.DeleteLabelValues(resource.Namespace, resource.Name, port)
+}
+
+// Liveness are the metrics of the agents' liveness (development/LIVENESS.md): the judgement
+// and the withdrawal of stale nodes' endpoints. New registers them with the others; NewLiveness
+// alone serves tests of the liveness package.
+type Liveness struct {
+	// StaleAgents is how many agents looked stale at the last judgement.
+	StaleAgents prometheus.Gauge
+	// KnownAgents is how many agents the tracker knew at the last judgement.
+	KnownAgents prometheus.Gauge
+	// GuardHolding is 1 while more than half of the agents look stale and nothing is withdrawn.
+	GuardHolding prometheus.Gauge
+	// WithdrawnSlices counts slices whose endpoints were withdrawn.
+	WithdrawnSlices prometheus.Counter
+	// WithdrawnEndpoints counts endpoints withdrawn.
+	WithdrawnEndpoints prometheus.Counter
+	// Errors counts failed reads and writes of a withdrawal round.
+	Errors prometheus.Counter
+	// StaleNodes is 1 per stale node (swh_controller_agent_stale{node}).
+	StaleNodes *StaleAgents
+}
+
+// NewLiveness creates the liveness metrics and registers them with reg.
+func NewLiveness(reg prometheus.Registerer) (*Liveness, error) {
+	m := &Liveness{
+		StaleAgents: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "agents_stale",
+			Help: "Agents whose node Lease renewTime has not changed for longer than the grace, on the controller's clock."}),
+		KnownAgents: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "agents_known",
+			Help: "Agents whose node Lease the controller has seen."}),
+		GuardHolding: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "liveness_guard_holding",
+			Help: "1 while more than half of the agents look stale at once: nothing is withdrawn (suspect the API server or the controller). Alert on it."}),
+		WithdrawnSlices: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "withdrawn_slices_total",
+			Help: "EndpointSlices of stale nodes whose endpoints were set to ready=false, serving=false."}),
+		WithdrawnEndpoints: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "withdrawn_endpoints_total",
+			Help: "Endpoints of stale nodes set to ready=false, serving=false."}),
+		Errors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "withdraw_errors_total",
+			Help: "Failed API reads and writes while withdrawing the endpoints of stale nodes."}),
+		StaleNodes: NewStaleAgents(),
+	}
+	for _, c := range []prometheus.Collector{m.StaleAgents, m.KnownAgents, m.GuardHolding, m.WithdrawnSlices, m.WithdrawnEndpoints, m.Errors, m.StaleNodes.Collector()} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering withdrawal metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// SetVerdict shows a judgement: the agents known and stale, whether the guard holds, and the
+// stale nodes by name.
+func (m *Liveness) SetVerdict(known int, stale []string, guarded bool) {
+	m.KnownAgents.Set(float64(known))
+	m.StaleAgents.Set(float64(len(stale)))
+	guard := 0.0
+	if guarded {
+		guard = 1
+	}
+	m.GuardHolding.Set(guard)
+	m.StaleNodes.Set(stale)
 }
 
 // StaleAgents is the per-node gauge swh_controller_agent_stale: 1 for every node whose agent the

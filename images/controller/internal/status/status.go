@@ -198,15 +198,15 @@ func podKeys(ep *discoveryv1.Endpoint, port int32) []endpointKey {
 // is in one slice per family and counts once — and is ready when any of them says it is ready
 // (an unset ready condition means ready, as kube-proxy reads it). The reconciler computes this
 // once per reconcile; the status shows it.
-func Ports(swh *v1alpha1.ServiceWithHealthchecks, slices []discoveryv1.EndpointSlice) []v1alpha1.PortStatus {
+func Ports(swh *v1alpha1.ServiceWithHealthchecks, sliceList []discoveryv1.EndpointSlice) []v1alpha1.PortStatus {
 	if len(swh.Spec.Ports) == 0 {
 		return nil
 	}
 	out := make([]v1alpha1.PortStatus, 0, len(swh.Spec.Ports))
 	for _, p := range swh.Spec.Ports {
 		ready := map[endpointKey]bool{}
-		for i := range slices {
-			s := &slices[i]
+		for i := range sliceList {
+			s := &sliceList[i]
 			if port, ok := slicemeta.PortOf(s); !ok || port != p.Name {
 				continue
 			}
@@ -245,12 +245,12 @@ func sliceNumber(s *discoveryv1.EndpointSlice) int32 {
 // without a ready endpoint in any family, or of a single-stack Service, by its name alone. The
 // adoption clears a Service's selector only when this is empty (DESIGN §11), and
 // EndpointsAvailable is True only then.
-func WithoutReadyIn(swh *v1alpha1.ServiceWithHealthchecks, slices []discoveryv1.EndpointSlice, families []corev1.IPFamily) []string {
+func WithoutReadyIn(swh *v1alpha1.ServiceWithHealthchecks, sliceList []discoveryv1.EndpointSlice, families []corev1.IPFamily) []string {
 	var out []string
 	for _, p := range swh.Spec.Ports {
 		readyIn := map[corev1.IPFamily]bool{}
-		for i := range slices {
-			s := &slices[i]
+		for i := range sliceList {
+			s := &sliceList[i]
 			if port, ok := slicemeta.PortOf(s); !ok || port != p.Name {
 				continue
 			}
@@ -413,10 +413,10 @@ func nameConflict(swh *v1alpha1.ServiceWithHealthchecks, neighbours []v1alpha1.S
 
 // agentsStale says whether an agent that published endpoints of the resource (one of its
 // slices names the agent's node) looks stale, and what the controller does about it.
-func agentsStale(a *Agents, slices []discoveryv1.EndpointSlice) metav1.Condition {
+func agentsStale(a *Agents, sliceList []discoveryv1.EndpointSlice) metav1.Condition {
 	mine := map[string]bool{}
-	for i := range slices {
-		if n := slicemeta.NodeOf(&slices[i]); n != "" {
+	for i := range sliceList {
+		if n := slicemeta.NodeOf(&sliceList[i]); n != "" {
 			mine[n] = true
 		}
 	}

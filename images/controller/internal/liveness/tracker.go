@@ -1,13 +1,21 @@
 // Copyright The service-with-healthchecks Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package liveness judges which agents are stale, on the controller's own clock (DESIGN §5):
-// an agent is stale when the controller has not seen its node Lease's renewTime change for
-// longer than the grace. The renewTime value itself is only compared for change, never
-// against the controller's clock, because the clocks of nodes and controller differ.
+// Package liveness judges the agents and acts on the judgement (DESIGN §5,
+// development/LIVENESS.md), in the agent's observe → decide → apply shape:
 //
-// The package is pure: it is fed observed Leases and asked for a verdict; the clock is
-// injected.
+//   - observe (observe.go): the Runner lists the agents' node Leases and the Nodes and feeds the
+//     Tracker; the Withdrawer reads the slices of the stale nodes and their resources;
+//   - decide (tracker.go, withdraw.go's Plan, board.go): pure. An agent is stale when the
+//     controller has not seen its node Lease's renewTime change for longer than the grace, on
+//     the controller's own (injected) clock; the renewTime value itself is only compared for
+//     change, because the clocks of nodes and controller differ. While more than half of the
+//     agents look stale at once the guard holds and nothing is withdrawn. Plan says which
+//     slices to withdraw;
+//   - apply (withdraw.go's Withdrawer): every endpoint of our slices of a stale node is set to
+//     ready=false, serving=false through the program's one slice writer (slicewrite); the
+//     slices are kept for the returning agent, which republishes after its own decisive
+//     results. The verdict is published on the Board for the status writer.
 package liveness
 
 import (

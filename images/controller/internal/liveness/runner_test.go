@@ -1,7 +1,7 @@
 // Copyright The service-with-healthchecks Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package withdraw
+package liveness
 
 import (
 	"context"
@@ -30,7 +30,8 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/index"
-	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/liveness"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/slicewrite"
 )
 
 // fakeAgent renews a node's Lease the way the agent does, until stopped.
@@ -100,7 +101,7 @@ func TestRunnerWithdrawsAfterTheGraceAndNotBefore(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.NoError(t, index.Register(t.Context(), mgr.GetFieldIndexer()))
-	r, err := Setup(mgr, prometheus.NewRegistry(), w.ns, grace, nil, nil)
+	r, err := setupRunner(t, mgr, w.ns, grace)
 	require.NoError(t, err)
 	m := r.Withdrawer.Metrics
 
@@ -249,11 +250,11 @@ func TestRunnerRestartsTheGraceAfterItCouldNotSeeTheLeases(t *testing.T) {
 	reader, err := env.ServiceAccountClient(w.ns, "controller")
 	require.NoError(t, err)
 
-	tr := liveness.NewTracker(nil, grace)
-	m, err := NewMetrics(prometheus.NewRegistry())
+	tr := NewTracker(nil, grace)
+	m, err := metrics.NewLiveness(prometheus.NewRegistry())
 	require.NoError(t, err)
 	r := &Runner{
-		Withdrawer: &Withdrawer{Client: w.client, Tracker: tr, Metrics: m, Log: logr.Discard()},
+		Withdrawer: &Withdrawer{Client: w.client, Slices: slicewrite.New(w.client, nil, m), Tracker: tr, Metrics: m, Log: logr.Discard()},
 		Leases:     reader, Nodes: env.Client, Namespace: w.ns, Log: logr.Discard(),
 	}
 	agents := map[string]*fakeAgent{}
@@ -387,7 +388,7 @@ func startReplica(t *testing.T, ns string, grace time.Duration) (*Runner, func()
 	})
 	require.NoError(t, err)
 	require.NoError(t, index.Register(t.Context(), mgr.GetFieldIndexer()))
-	r, err := Setup(mgr, prometheus.NewRegistry(), ns, grace, nil, nil)
+	r, err := setupRunner(t, mgr, ns, grace)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
@@ -405,4 +406,17 @@ func startReplica(t *testing.T, ns string, grace time.Duration) (*Runner, func()
 	}
 	t.Cleanup(stop)
 	return r, stop
+}
+
+// setupRunner adds the liveness runner to mgr as the program does: its metrics on a fresh
+// registry, withdrawing through a slice writer of mgr's client.
+func setupRunner(t *testing.T, mgr ctrl.Manager, ns string, grace time.Duration) (*Runner, error) {
+	t.Helper()
+	m, err := metrics.NewLiveness(prometheus.NewRegistry())
+	require.NoError(t, err)
+	a, err := Setup(mgr, Options{Namespace: ns, Grace: grace, Writer: slicewrite.New(mgr.GetClient(), nil, m), Metrics: m})
+	if err != nil {
+		return nil, err
+	}
+	return a.Runner, nil
 }

@@ -1,7 +1,7 @@
 // Copyright The service-with-healthchecks Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package withdraw
+package liveness
 
 import (
 	"context"
@@ -27,7 +27,8 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/index"
-	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/liveness"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/slicewrite"
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
 )
 
@@ -125,8 +126,8 @@ type world struct {
 	ns      string
 	client  client.Client // reads from a cache, as the controller's does
 	clock   *clocktesting.FakeClock
-	tracker *liveness.Tracker
-	metrics *Metrics
+	tracker *Tracker
+	metrics *metrics.Liveness
 	w       *Withdrawer
 }
 
@@ -146,15 +147,15 @@ func newWorld(t *testing.T, nodes ...string) *world {
 		require.NoError(t, env.Client.Create(t.Context(), &s))
 	}
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC))
-	tr := liveness.NewTracker(clk, 40*time.Second)
+	tr := NewTracker(clk, 40*time.Second)
 	for _, n := range nodes {
 		tr.Observe(n, time.Unix(1, 0))
 	}
-	m, err := NewMetrics(prometheus.NewRegistry())
+	m, err := metrics.NewLiveness(prometheus.NewRegistry())
 	require.NoError(t, err)
 	c := cachedClient(t)
 	w := &world{ns: ns, clock: clk, tracker: tr, metrics: m, client: c,
-		w: &Withdrawer{Client: c, Tracker: tr, Metrics: m, Log: logr.Discard()}}
+		w: &Withdrawer{Client: c, Slices: slicewrite.New(c, nil, m), Tracker: tr, Metrics: m, Log: logr.Discard()}}
 	w.caughtUp(t, nodes...)
 	return w
 }

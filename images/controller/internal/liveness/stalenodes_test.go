@@ -1,7 +1,7 @@
 // Copyright The service-with-healthchecks Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package withdraw
+package liveness
 
 import (
 	"strings"
