@@ -2,13 +2,12 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package slicemeta holds what the controller and the agent must agree on about the
-// EndpointSlices this module manages: their names, labels, annotations and ownership.
+// EndpointSlices this module manages: how they are named, which labels and annotations they
+// carry (the names themselves are package wellknown's) and which resource owns them.
 // Everything here is a pure function of plain values.
 package slicemeta
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"strconv"
 	"strings"
 
@@ -16,35 +15,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 )
 
-// Label, annotation and type names of the module.
 const (
-	// ManagedBy is this module's value of the endpointslice.kubernetes.io/managed-by label.
-	ManagedBy = "service-with-healthchecks.network.deckhouse.io"
-
-	// LabelResource holds the name of the ServiceWithHealthchecks a slice belongs to.
-	LabelResource = "network.deckhouse.io/service-with-healthchecks"
-	// LabelPort holds the name of the Service port a slice publishes ("" for a single unnamed port).
-	LabelPort = "network.deckhouse.io/service-port"
-	// LabelNode holds the node name where it fits in a label value (63 characters).
-	LabelNode = "network.deckhouse.io/node"
-	// LabelNodeKey holds the node in a form that always fits a label value (NodeKey): the
-	// agents' caches select their own node's slices by it. The node annotation stays the
-	// authority on which node a slice is for.
-	LabelNodeKey = "network.deckhouse.io/node-key"
-	// AnnotationNode always holds the full node name.
-	AnnotationNode = "network.deckhouse.io/node"
-
-	// AnnotationAdopt on a Service lets a ServiceWithHealthchecks of the same name adopt it.
-	AnnotationAdopt = "network.deckhouse.io/adopt"
-
-	// SecretTypePostgreSQLCredentials is the type of a PostgreSQL credential Secret.
-	SecretTypePostgreSQLCredentials = "network.deckhouse.io/postgresql-credentials"
-
-	// MaxNameLength is the longest object name (a DNS subdomain).
-	MaxNameLength = 253
-
 	// ipv6Marker comes between the port and the node in the name of an IPv6 slice: the extra
 	// dash can never follow the port in an IPv4 name, where a node name (which starts with a
 	// letter or digit) or its digest does.
@@ -52,8 +27,6 @@ const (
 	// ipv6Suffix ends the name of an IPv6 slice, for the reader; the marker is what keeps the
 	// names of the two families apart.
 	ipv6Suffix = "-ipv6"
-	// digestLength is how many hex characters of the node name's SHA-256 stand for a long name.
-	digestLength = 16
 )
 
 // SliceKey identifies one EndpointSlice of a resource.
@@ -80,12 +53,6 @@ func Prefix(resource, port string) string {
 	return resource + "-" + port + "-"
 }
 
-// NodeDigest is the short, stable stand-in for a node name too long to fit in a slice name.
-func NodeDigest(node string) string {
-	sum := sha256.Sum256([]byte(node))
-	return hex.EncodeToString(sum[:])[:digestLength]
-}
-
 // Name is the name of the slice: <resource>-<port>-<node>, or <resource>-<node> for a single
 // unnamed port, then -<number> for a split port. An IPv6 slice has a second dash before the node
 // and ends in -ipv6: <resource>-<port>--<node>-ipv6 (<resource>--<node>-ipv6). When the name is
@@ -108,10 +75,10 @@ func (k SliceKey) Name() string {
 		prefix += ipv6Marker
 		suffix += ipv6Suffix
 	}
-	if len(prefix)+len(k.Node)+len(suffix) <= MaxNameLength {
+	if len(prefix)+len(k.Node)+len(suffix) <= wellknown.MaxNameLength {
 		return prefix + k.Node + suffix
 	}
-	return prefix + NodeDigest(k.Node) + suffix
+	return prefix + wellknown.NodeDigest(k.Node) + suffix
 }
 
 // LegacyName is the name the slice had before the IPv6 marker (Name): the same as Name for an
@@ -130,19 +97,20 @@ func (k SliceKey) LegacyName() string {
 	}
 	suffix += ipv6Suffix
 	prefix := Prefix(k.Resource, k.Port)
-	if len(prefix)+len(k.Node)+len(suffix) <= MaxNameLength {
+	if len(prefix)+len(k.Node)+len(suffix) <= wellknown.MaxNameLength {
 		return prefix + k.Node + suffix
 	}
-	return prefix + NodeDigest(k.Node) + suffix
+	return prefix + wellknown.NodeDigest(k.Node) + suffix
 }
 
-// NodeKey is the value of LabelNodeKey for a node: its name when that is a valid label value,
-// else "digest-" and its NodeDigest (a name is at most 63 characters there, a digest 23).
+// NodeKey is the value of the wellknown.LabelNodeKey label for a node: its name when that is a
+// valid label value, else "digest-" and its wellknown.NodeDigest (a name is at most 63
+// characters there, a digest 23).
 func NodeKey(node string) string {
 	if len(validation.IsValidLabelValue(node)) == 0 {
 		return node
 	}
-	return "digest-" + NodeDigest(node)
+	return "digest-" + wellknown.NodeDigest(node)
 }
 
 // Labels are the labels of the slice. The node label is left out when the node name is not a
@@ -151,37 +119,31 @@ func NodeKey(node string) string {
 func (k SliceKey) Labels() map[string]string {
 	l := map[string]string{
 		discoveryv1.LabelServiceName: k.Resource,
-		discoveryv1.LabelManagedBy:   ManagedBy,
-		LabelResource:                k.Resource,
-		LabelPort:                    k.Port,
-		LabelNodeKey:                 NodeKey(k.Node),
+		discoveryv1.LabelManagedBy:   wellknown.ManagedBy,
+		wellknown.LabelResource:      k.Resource,
+		wellknown.LabelPort:          k.Port,
+		wellknown.LabelNodeKey:       NodeKey(k.Node),
 	}
 	if len(validation.IsValidLabelValue(k.Node)) == 0 {
-		l[LabelNode] = k.Node
+		l[wellknown.LabelNode] = k.Node
 	}
 	return l
 }
 
 // Annotations are the annotations of the slice.
 func (k SliceKey) Annotations() map[string]string {
-	return map[string]string{AnnotationNode: k.Node}
+	return map[string]string{wellknown.AnnotationNode: k.Node}
 }
 
 // IsManaged tells whether a slice carries this module's managed-by label.
 func IsManaged(s *discoveryv1.EndpointSlice) bool {
-	return s.Labels[discoveryv1.LabelManagedBy] == ManagedBy
+	return s.Labels[discoveryv1.LabelManagedBy] == wellknown.ManagedBy
 }
-
-// Kind is the kind of the module's resource, as owner references name it.
-const Kind = "ServiceWithHealthchecks"
-
-// Group is the API group of the module's resource.
-const Group = "network.deckhouse.io"
 
 // IsResourceRef tells whether an owner reference names a ServiceWithHealthchecks (of any
 // version of the group). It is the one test of "our owner reference", for slices and Services.
 func IsResourceRef(ref metav1.OwnerReference) bool {
-	return ref.Kind == Kind && strings.HasPrefix(ref.APIVersion, Group+"/")
+	return ref.Kind == wellknown.Kind && strings.HasPrefix(ref.APIVersion, wellknown.Group+"/")
 }
 
 // ResourceRef is the first owner reference that names a ServiceWithHealthchecks.
@@ -204,7 +166,7 @@ func OwnerUID(s *discoveryv1.EndpointSlice) types.UID {
 // ResourceOf is the name of the resource a slice of this module was published for: its resource
 // label, or else the name in its ServiceWithHealthchecks owner reference ("" when neither says).
 func ResourceOf(s *discoveryv1.EndpointSlice) string {
-	if name := s.Labels[LabelResource]; name != "" {
+	if name := s.Labels[wellknown.LabelResource]; name != "" {
 		return name
 	}
 	ref, _ := ResourceRef(s.OwnerReferences)
@@ -215,7 +177,7 @@ func ResourceOf(s *discoveryv1.EndpointSlice) string {
 // port label records it; ok is false when the slice has no port label (it publishes no port of
 // any resource).
 func PortOf(s *discoveryv1.EndpointSlice) (port string, ok bool) {
-	port, ok = s.Labels[LabelPort]
+	port, ok = s.Labels[wellknown.LabelPort]
 	return port, ok
 }
 
@@ -233,42 +195,29 @@ func (k SliceKey) Matches(s *discoveryv1.EndpointSlice) bool {
 	if addressType == "" {
 		addressType = discoveryv1.AddressTypeIPv4
 	}
-	return s.Labels[LabelResource] == k.Resource &&
-		s.Labels[LabelPort] == k.Port &&
-		s.Annotations[AnnotationNode] == k.Node &&
+	return s.Labels[wellknown.LabelResource] == k.Resource &&
+		s.Labels[wellknown.LabelPort] == k.Port &&
+		s.Annotations[wellknown.AnnotationNode] == k.Node &&
 		s.AddressType == addressType
 }
 
 // NodeOf is the node a managed slice was published for ("" when it does not say).
 func NodeOf(s *discoveryv1.EndpointSlice) string {
-	if n := s.Annotations[AnnotationNode]; n != "" {
+	if n := s.Annotations[wellknown.AnnotationNode]; n != "" {
 		return n
 	}
-	return s.Labels[LabelNode]
+	return s.Labels[wellknown.LabelNode]
 }
 
 // OwnerReference is the owner reference a slice (or the child Service) carries.
 func OwnerReference(name string, uid types.UID) metav1.OwnerReference {
 	yes := true
 	return metav1.OwnerReference{
-		APIVersion:         Group + "/v1alpha1",
-		Kind:               Kind,
+		APIVersion:         wellknown.Group + "/v1alpha1",
+		Kind:               wellknown.Kind,
 		Name:               name,
 		UID:                uid,
 		Controller:         &yes,
 		BlockOwnerDeletion: &yes,
 	}
-}
-
-// AgentLeasePrefix starts the name of every agent's node Lease in the lease namespace.
-const AgentLeasePrefix = "swh-agent-"
-
-// AgentLeaseName is the name of the Lease the agent of a node renews: swh-agent-<node>, or
-// swh-agent-<digest> when the node name does not fit in an object name. The Lease's
-// holderIdentity and the node annotation always hold the full node name.
-func AgentLeaseName(node string) string {
-	if len(AgentLeasePrefix)+len(node) <= MaxNameLength {
-		return AgentLeasePrefix + node
-	}
-	return AgentLeasePrefix + NodeDigest(node)
 }

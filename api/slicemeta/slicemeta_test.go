@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 )
 
 func TestSliceName(t *testing.T) {
@@ -50,11 +52,11 @@ func TestSliceName(t *testing.T) {
 		},
 		"a node name that does not fit is replaced by its digest": {
 			key:  SliceKey{Resource: "web", Port: "http", Node: long},
-			want: "web-http-" + NodeDigest(long),
+			want: "web-http-" + wellknown.NodeDigest(long),
 		},
 		"a long node with split port and IPv6 keeps both suffixes": {
 			key:  SliceKey{Resource: "web", Port: "http", Node: long, SplitPort: 9, AddressType: discoveryv1.AddressTypeIPv6},
-			want: "web-http--" + NodeDigest(long) + "-9-ipv6",
+			want: "web-http--" + wellknown.NodeDigest(long) + "-9-ipv6",
 		},
 		"an IPv6 split port carries its number before -ipv6": {
 			key:  SliceKey{Resource: "web", Port: "http", Node: "worker-1", SplitPort: 8081, AddressType: discoveryv1.AddressTypeIPv6},
@@ -66,14 +68,14 @@ func TestSliceName(t *testing.T) {
 		},
 		"the same node name is replaced by its digest in the longer IPv6 name": {
 			key:  SliceKey{Resource: "web", Port: "http", Node: strings.Repeat("n", 253-len("web-http-")), AddressType: discoveryv1.AddressTypeIPv6},
-			want: "web-http--" + NodeDigest(strings.Repeat("n", 253-len("web-http-"))) + "-ipv6",
+			want: "web-http--" + wellknown.NodeDigest(strings.Repeat("n", 253-len("web-http-"))) + "-ipv6",
 		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			got := tc.key.Name()
 			assert.Equal(t, tc.want, got)
-			assert.LessOrEqual(t, len(got), MaxNameLength)
+			assert.LessOrEqual(t, len(got), wellknown.MaxNameLength)
 			assert.Empty(t, validation.IsDNS1123Subdomain(got), "slice name must be a valid object name")
 		})
 	}
@@ -86,7 +88,7 @@ func TestSliceName(t *testing.T) {
 func TestSliceNamesOfTheTwoFamiliesNeverCollide(t *testing.T) {
 	nodes := []string{
 		"x", "x-ipv6", "x-ipv6-ipv6", "ipv6", "ipv6-x", "x--y", "x--y-ipv6", "x.ipv6", "x-8081", "x-8081-ipv6",
-		"8081-x", "x.y-ipv6", NodeDigest(strings.Repeat("z", 250)), strings.Repeat("z", 250), strings.Repeat("z", 245) + "-ipv6",
+		"8081-x", "x.y-ipv6", wellknown.NodeDigest(strings.Repeat("z", 250)), strings.Repeat("z", 250), strings.Repeat("z", 245) + "-ipv6",
 	}
 	for _, port := range []string{"", "http", "a-b"} {
 		for _, split := range []int32{0, 8081} {
@@ -119,7 +121,7 @@ func TestLegacyName(t *testing.T) {
 		"an IPv4 slice keeps its name":                 {key: SliceKey{Resource: "web", Port: "http", Node: "w1"}, want: "web-http-w1"},
 		"an IPv6 slice had the -ipv6 suffix only":      {key: SliceKey{Resource: "web", Port: "http", Node: "w1", AddressType: discoveryv1.AddressTypeIPv6}, want: "web-http-w1-ipv6"},
 		"an IPv6 split port had its number before it":  {key: SliceKey{Resource: "web", Port: "http", Node: "w1", SplitPort: 9, AddressType: discoveryv1.AddressTypeIPv6}, want: "web-http-w1-9-ipv6"},
-		"a long node name of an IPv6 slice was hashed": {key: SliceKey{Resource: "web", Port: "http", Node: long, AddressType: discoveryv1.AddressTypeIPv6}, want: "web-http-" + NodeDigest(long) + "-ipv6"},
+		"a long node name of an IPv6 slice was hashed": {key: SliceKey{Resource: "web", Port: "http", Node: long, AddressType: discoveryv1.AddressTypeIPv6}, want: "web-http-" + wellknown.NodeDigest(long) + "-ipv6"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -137,16 +139,9 @@ func TestSliceNameOfTheLongestInputsIsValid(t *testing.T) {
 		AddressType: discoveryv1.AddressTypeIPv6,
 	}
 	name := k.Name()
-	assert.LessOrEqual(t, len(name), MaxNameLength)
+	assert.LessOrEqual(t, len(name), wellknown.MaxNameLength)
 	assert.Empty(t, validation.IsDNS1123Subdomain(name))
 	assert.Equal(t, name, k.Name(), "the name is stable")
-}
-
-func TestNodeDigestIsStableAndDistinct(t *testing.T) {
-	a, b := strings.Repeat("x", 240)+"1", strings.Repeat("x", 240)+"2"
-	assert.Equal(t, NodeDigest(a), NodeDigest(a))
-	assert.NotEqual(t, NodeDigest(a), NodeDigest(b))
-	assert.Len(t, NodeDigest(a), digestLength)
 }
 
 func TestLabels(t *testing.T) {
@@ -162,22 +157,22 @@ func TestLabels(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			l := tc.key.Labels()
 			assert.Equal(t, tc.key.Resource, l[discoveryv1.LabelServiceName])
-			assert.Equal(t, ManagedBy, l[discoveryv1.LabelManagedBy])
-			assert.Equal(t, tc.key.Resource, l[LabelResource])
-			assert.Equal(t, tc.key.Port, l[LabelPort])
-			_, has := l[LabelNode]
+			assert.Equal(t, wellknown.ManagedBy, l[discoveryv1.LabelManagedBy])
+			assert.Equal(t, tc.key.Resource, l[wellknown.LabelResource])
+			assert.Equal(t, tc.key.Port, l[wellknown.LabelPort])
+			_, has := l[wellknown.LabelNode]
 			assert.Equal(t, tc.wantNode, has)
-			assert.Equal(t, NodeKey(tc.key.Node), l[LabelNodeKey], "the node key label is always there")
+			assert.Equal(t, NodeKey(tc.key.Node), l[wellknown.LabelNodeKey], "the node key label is always there")
 			if tc.wantNode {
-				assert.Equal(t, tc.key.Node, l[LabelNodeKey], "a name that fits is its own key")
+				assert.Equal(t, tc.key.Node, l[wellknown.LabelNodeKey], "a name that fits is its own key")
 			} else {
-				assert.Equal(t, "digest-"+NodeDigest(tc.key.Node), l[LabelNodeKey])
+				assert.Equal(t, "digest-"+wellknown.NodeDigest(tc.key.Node), l[wellknown.LabelNodeKey])
 			}
 			for k, v := range l {
 				assert.Empty(t, validation.IsQualifiedName(k), "label key %q", k)
 				assert.Empty(t, validation.IsValidLabelValue(v), "label value %q", v)
 			}
-			assert.Equal(t, tc.key.Node, tc.key.Annotations()[AnnotationNode])
+			assert.Equal(t, tc.key.Node, tc.key.Annotations()[wellknown.AnnotationNode])
 		})
 	}
 }
@@ -204,20 +199,20 @@ func TestOwnership(t *testing.T) {
 		uid   string
 		want  bool
 	}{
-		"ours and owned by the live resource":       {slice: slice(ManagedBy, "a"), uid: "uid-a", want: true},
-		"ours but owned by a deleted resource":      {slice: slice(ManagedBy, "old"), uid: "uid-a", want: false},
+		"ours and owned by the live resource":       {slice: slice(wellknown.ManagedBy, "a"), uid: "uid-a", want: true},
+		"ours but owned by a deleted resource":      {slice: slice(wellknown.ManagedBy, "old"), uid: "uid-a", want: false},
 		"another controller's slice with our owner": {slice: slice("endpointslice-controller.k8s.io", "a"), uid: "uid-a", want: false},
-		"ours without an owner reference":           {slice: slice(ManagedBy, ""), uid: "uid-a", want: false},
-		"no live resource never owns anything":      {slice: slice(ManagedBy, ""), uid: "", want: false},
+		"ours without an owner reference":           {slice: slice(wellknown.ManagedBy, ""), uid: "uid-a", want: false},
+		"no live resource never owns anything":      {slice: slice(wellknown.ManagedBy, ""), uid: "", want: false},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			assert.Equal(t, tc.want, IsOwnedBy(tc.slice, typesUID(tc.uid)))
 		})
 	}
-	assert.True(t, key.Matches(slice(ManagedBy, "a")))
-	assert.False(t, SliceKey{Resource: "db", Port: "pg", Node: "w2"}.Matches(slice(ManagedBy, "a")))
-	assert.Equal(t, "w1", NodeOf(slice(ManagedBy, "a")))
+	assert.True(t, key.Matches(slice(wellknown.ManagedBy, "a")))
+	assert.False(t, SliceKey{Resource: "db", Port: "pg", Node: "w2"}.Matches(slice(wellknown.ManagedBy, "a")))
+	assert.Equal(t, "w1", NodeOf(slice(wellknown.ManagedBy, "a")))
 }
 
 func TestPrefixCollision(t *testing.T) {
@@ -228,24 +223,6 @@ func TestPrefixCollision(t *testing.T) {
 }
 
 func typesUID(s string) types.UID { return types.UID(s) }
-
-func TestAgentLeaseName(t *testing.T) {
-	long := strings.Repeat("n", 250)
-	tests := map[string]struct {
-		node string
-		want string
-	}{
-		"a short node name is kept":               {node: "worker-1", want: "swh-agent-worker-1"},
-		"a node name that does not fit is hashed": {node: long, want: "swh-agent-" + NodeDigest(long)},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			got := AgentLeaseName(tc.node)
-			assert.Equal(t, tc.want, got)
-			assert.Empty(t, validation.IsDNS1123Subdomain(got))
-		})
-	}
-}
 
 func TestResourceAndPortOfASlice(t *testing.T) {
 	labelled := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{
@@ -259,7 +236,7 @@ func TestResourceAndPortOfASlice(t *testing.T) {
 		},
 	}}
 	foreignKind := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: Kind, Name: "db"}},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: wellknown.Kind, Name: "db"}},
 	}}
 	cases := map[string]struct {
 		slice    *discoveryv1.EndpointSlice

@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
 	"github.com/deckhouse/service-with-healthchecks/testkit/loopback"
 	"github.com/deckhouse/service-with-healthchecks/testkit/process"
@@ -129,7 +130,7 @@ func round(o options, bin string, n int) (s sample, err error) {
 		return s, fmt.Errorf("creating the agent's Node: %w", err)
 	}
 	// The agent renews its node Lease there.
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "d8-service-with-healthchecks"}}); err != nil {
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: wellknown.Namespace}}); err != nil {
 		return s, fmt.Errorf("creating the module namespace: %w", err)
 	}
 	ns, err := env.CreateNamespace(ctx, "agentcache")

@@ -45,6 +45,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 	"github.com/deckhouse/service-with-healthchecks/testkit/loopback"
 	"github.com/deckhouse/service-with-healthchecks/testkit/metrics"
@@ -400,7 +401,7 @@ func (b *bench) waitPublished(ctx context.Context, name string, n int) error {
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		var list discoveryv1.EndpointSliceList
-		if err := b.c.List(ctx, &list, client.InNamespace(b.ns), client.MatchingLabels{slicemeta.LabelResource: name, slicemeta.LabelNodeKey: slicemeta.NodeKey(node)}); err != nil {
+		if err := b.c.List(ctx, &list, client.InNamespace(b.ns), client.MatchingLabels{wellknown.LabelResource: name, wellknown.LabelNodeKey: slicemeta.NodeKey(node)}); err != nil {
 			return fmt.Errorf("listing slices: %w", err)
 		}
 		ready := 0

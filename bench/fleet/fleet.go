@@ -23,11 +23,12 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 )
 
 // leaseNamespace is where the agents renew their Leases (the controller's default
 // --agent-lease-namespace).
-const leaseNamespace = "d8-service-with-healthchecks"
+const leaseNamespace = wellknown.Namespace
 
 func nodeName(i int) string     { return fmt.Sprintf("node-%04d", i) }
 func resourceName(i int) string { return fmt.Sprintf("res-%02d", i) }
@@ -188,9 +189,9 @@ func startRenewer(ctx context.Context, c client.Client, o options, nodes []*core
 		now := metav1.NewMicroTime(time.Now())
 		l := &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{
-				Namespace: leaseNamespace, Name: slicemeta.AgentLeaseName(n.Name),
-				Annotations:     map[string]string{slicemeta.AnnotationNode: n.Name},
-				Labels:          map[string]string{slicemeta.LabelNode: n.Name},
+				Namespace: leaseNamespace, Name: wellknown.AgentLeaseName(n.Name),
+				Annotations:     map[string]string{wellknown.AnnotationNode: n.Name},
+				Labels:          map[string]string{wellknown.LabelNode: n.Name},
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}},
 			},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(n.Name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
@@ -275,7 +276,7 @@ func (r *renewer) stop(nodes []int) time.Time {
 func (r *renewer) resume(ctx context.Context, nodes []int) error {
 	for _, i := range nodes {
 		var l coordinationv1.Lease
-		if err := r.c.Get(ctx, client.ObjectKey{Namespace: leaseNamespace, Name: slicemeta.AgentLeaseName(nodeName(i))}, &l); err != nil {
+		if err := r.c.Get(ctx, client.ObjectKey{Namespace: leaseNamespace, Name: wellknown.AgentLeaseName(nodeName(i))}, &l); err != nil {
 			return fmt.Errorf("reading Lease of %s: %w", nodeName(i), err)
 		}
 		nodeCtx, cancel := context.WithCancel(ctx)

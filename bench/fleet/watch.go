@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 )
 
 // watcher follows the resources and our slices with informers (list, then watch, re-watching
@@ -48,7 +48,7 @@ type goal struct {
 func startWatcher(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface) (*watcher, error) {
 	w := &watcher{}
 	slices := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-		lo.LabelSelector = discoveryv1.LabelManagedBy + "=" + slicemeta.ManagedBy
+		lo.LabelSelector = discoveryv1.LabelManagedBy + "=" + wellknown.ManagedBy
 	}))
 	si := slices.Discovery().V1().EndpointSlices().Informer()
 	if _, err := si.AddEventHandler(cache.ResourceEventHandlerFuncs{

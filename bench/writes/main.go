@@ -38,8 +38,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 	"github.com/deckhouse/service-with-healthchecks/testkit/loopback"
 	"github.com/deckhouse/service-with-healthchecks/testkit/metrics"
@@ -208,7 +208,7 @@ func waitReady(ctx context.Context, c *cluster.Cluster, ns string, n int) (int, 
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		var list discoveryv1.EndpointSliceList
-		if err := c.Env.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{slicemeta.LabelResource: resource}); err != nil {
+		if err := c.Env.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{wellknown.LabelResource: resource}); err != nil {
 			return 0, fmt.Errorf("listing slices: %w", err)
 		}
 		ready := 0

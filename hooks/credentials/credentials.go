@@ -20,7 +20,7 @@ import (
 	objectpatch "github.com/deckhouse/module-sdk/pkg/object-patch"
 	"github.com/deckhouse/module-sdk/pkg/registry"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 )
 
 // Snapshot names and values paths.
@@ -126,7 +126,7 @@ var Config = &pkg.HookConfig{
 			APIVersion: "v1",
 			Kind:       "Secret",
 			FieldSelector: &pkg.FieldSelector{MatchExpressions: []pkg.FieldSelectorRequirement{
-				{Field: "type", Operator: "Equals", Value: slicemeta.SecretTypePostgreSQLCredentials},
+				{Field: "type", Operator: "Equals", Value: wellknown.SecretTypePostgreSQLCredentials},
 			}},
 			JqFilter: SecretsFilter,
 		},
@@ -193,7 +193,7 @@ func Compute(resources []Resource, secrets []Secret) ([]NamespaceSecrets, []Prob
 			problems = append(problems, Problem{
 				Namespace: k.namespace, Name: k.name, Kind: ProblemMissing, ReferencedBy: refs,
 				Message: fmt.Sprintf("no Secret %q of type %s in namespace %q (it is absent or has another type)",
-					k.name, slicemeta.SecretTypePostgreSQLCredentials, k.namespace),
+					k.name, wellknown.SecretTypePostgreSQLCredentials, k.namespace),
 			})
 			continue
 		}

@@ -19,8 +19,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/hooks/credentials"
 )
 
@@ -47,7 +47,7 @@ func secret(namespace, name string, data map[string]string) *corev1.Secret {
 	s := &corev1.Secret{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Type:       slicemeta.SecretTypePostgreSQLCredentials,
+		Type:       wellknown.SecretTypePostgreSQLCredentials,
 		Data:       map[string][]byte{},
 	}
 	for k, v := range data {
@@ -258,6 +258,6 @@ func TestConfigSubscribesToResourcesAndCredentialSecretsOnly(t *testing.T) {
 	secrets := credentials.Config.Kubernetes[1]
 	assert.Equal(t, "Secret", secrets.Kind)
 	require.NotNil(t, secrets.FieldSelector, "the hook must not watch every Secret of the cluster")
-	assert.Equal(t, []pkg.FieldSelectorRequirement{{Field: "type", Operator: "Equals", Value: slicemeta.SecretTypePostgreSQLCredentials}},
+	assert.Equal(t, []pkg.FieldSelectorRequirement{{Field: "type", Operator: "Equals", Value: wellknown.SecretTypePostgreSQLCredentials}},
 		secrets.FieldSelector.MatchExpressions)
 }

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/testkit/process"
 )
 
@@ -42,7 +42,7 @@ func (s *Stack) newAgent(node string) (*slot, error) {
 
 // waitLeaseRenewed waits until the node's Lease has a renewTime from after run p started.
 func (s *Stack) waitLeaseRenewed(ctx context.Context, node string, p *process.Process) error {
-	key := client.ObjectKey{Namespace: Namespace, Name: slicemeta.AgentLeaseName(node)}
+	key := client.ObjectKey{Namespace: Namespace, Name: wellknown.AgentLeaseName(node)}
 	err := poll(ctx, 50*time.Millisecond, func() (bool, error) {
 		if err := p.Err(); err != nil {
 			return false, err

@@ -44,13 +44,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 	"github.com/deckhouse/service-with-healthchecks/testkit/process"
 )
 
 // Namespace is the module namespace: the controllers' leader election Lease and the agents'
 // node Leases live there.
-const Namespace = "d8-service-with-healthchecks"
+const Namespace = wellknown.Namespace
 
 // LeaderElectionID is the name of the controller's leader election Lease.
 const LeaderElectionID = "service-with-healthchecks-controller"

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
 )
@@ -109,7 +110,7 @@ func TestTheProductRunsOnTheHarness(t *testing.T) {
 	t.Run("a deleted node's agent stops and its slices go", func(t *testing.T) {
 		var before discoveryv1.EndpointSliceList
 		require.NoError(t, s.Client().List(t.Context(), &before, client.InNamespace(ns),
-			client.MatchingLabels{discoveryv1.LabelManagedBy: slicemeta.ManagedBy}))
+			client.MatchingLabels{discoveryv1.LabelManagedBy: wellknown.ManagedBy}))
 		require.Len(t, before.Items, 1, "the agent of node-b published the pod's slice")
 		assert.Equal(t, "node-b", slicemeta.NodeOf(&before.Items[0]))
 
@@ -121,7 +122,7 @@ func TestTheProductRunsOnTheHarness(t *testing.T) {
 		require.EventuallyWithT(t, func(ct *assert.CollectT) {
 			var list discoveryv1.EndpointSliceList
 			require.NoError(ct, s.Client().List(t.Context(), &list, client.InNamespace(ns),
-				client.MatchingLabels{discoveryv1.LabelManagedBy: slicemeta.ManagedBy}))
+				client.MatchingLabels{discoveryv1.LabelManagedBy: wellknown.ManagedBy}))
 			assert.Empty(ct, list.Items, "the controller removes the slices of a node that no longer exists")
 		}, time.Minute, 100*time.Millisecond)
 		require.Error(t, s.StartAgent(t.Context(), "node-b"), "a deleted node's agent cannot start")
@@ -131,7 +132,7 @@ func TestTheProductRunsOnTheHarness(t *testing.T) {
 func agentLease(t *testing.T, s *stack.Stack, node string) *coordinationv1.Lease {
 	t.Helper()
 	var l coordinationv1.Lease
-	require.NoError(t, s.Client().Get(t.Context(), client.ObjectKey{Namespace: stack.Namespace, Name: slicemeta.AgentLeaseName(node)}, &l))
+	require.NoError(t, s.Client().Get(t.Context(), client.ObjectKey{Namespace: stack.Namespace, Name: wellknown.AgentLeaseName(node)}, &l))
 	require.NotNil(t, l.Spec.RenewTime)
 	return &l
 }

@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/tests/internal/bundle"
 	"github.com/deckhouse/service-with-healthchecks/tests/internal/platform"
 )
@@ -123,7 +123,7 @@ func TestTheCredentialsHookTurnsReferencesIntoRoles(t *testing.T) {
 	secret := &corev1.Secret{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "pg"},
-		Type:       slicemeta.SecretTypePostgreSQLCredentials,
+		Type:       wellknown.SecretTypePostgreSQLCredentials,
 		Data:       map[string][]byte{"user": []byte("app"), "password": []byte("pw")},
 	}
 	values, context, err := platform.Values(t, enabling, bundle.ValueSet{}, platform.Cluster{

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/tests/internal/bundle"
 )
 
@@ -28,7 +28,7 @@ const (
 func credentialSecret(ns, name string, data map[string]string) *corev1.Secret {
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Type:       slicemeta.SecretTypePostgreSQLCredentials,
+		Type:       wellknown.SecretTypePostgreSQLCredentials,
 		Data:       map[string][]byte{},
 	}
 	for k, v := range data {

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 )
 
 // Messages of the agent's slice policy about what a slice says (templates/agent/admission-policy.yaml).
@@ -50,7 +51,7 @@ func TestForgedSliceForTheAPIServersServiceIsRefused(t *testing.T) {
 	// On a chart without the rule the forged slices are admitted: remove them for the other tests.
 	t.Cleanup(func() {
 		_ = env.Client.DeleteAllOf(context.WithoutCancel(t.Context()), &discoveryv1.EndpointSlice{}, client.InNamespace("default"),
-			client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes", discoveryv1.LabelManagedBy: slicemeta.ManagedBy})
+			client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes", discoveryv1.LabelManagedBy: wellknown.ManagedBy})
 	})
 
 	runWrites(t, a, map[string]writeCase{
@@ -78,7 +79,7 @@ func TestForgedSliceForTheAPIServersServiceIsRefused(t *testing.T) {
 	})
 	var list discoveryv1.EndpointSliceList
 	require.NoError(t, env.Client.List(t.Context(), &list, client.InNamespace("default"),
-		client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes", discoveryv1.LabelManagedBy: slicemeta.ManagedBy}))
+		client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes", discoveryv1.LabelManagedBy: wellknown.ManagedBy}))
 	assert.Empty(t, list.Items, "no slice of this module routes default/kubernetes")
 }
 
@@ -171,7 +172,7 @@ func TestForgedEndpointRuleLeavesNoAgentStuckOnASliceWrittenBeforeIt(t *testing.
 
 	legacy := func(resource string) *discoveryv1.EndpointSlice {
 		s := ourSlice(tenant, resource, nodeA, nodeA, nodeA)
-		delete(s.Labels, slicemeta.LabelNodeKey)
+		delete(s.Labels, wellknown.LabelNodeKey)
 		s.Endpoints[1].TargetRef = nil
 		return created(t, s)
 	}
@@ -180,7 +181,7 @@ func TestForgedEndpointRuleLeavesNoAgentStuckOnASliceWrittenBeforeIt(t *testing.
 	runWrites(t, a, map[string]writeCase{
 		"it labels a legacy slice at start, keeping its endpoints, then replaces them with its own": {do: func(ctx context.Context, c client.Client) error {
 			s := legacy("upgraded")
-			s.Labels[slicemeta.LabelNodeKey] = slicemeta.NodeKey(nodeA)
+			s.Labels[wellknown.LabelNodeKey] = slicemeta.NodeKey(nodeA)
 			if err := c.Update(ctx, s); err != nil {
 				return err
 			}
@@ -225,10 +226,10 @@ func TestForgedEndpointRuleLeavesNoAgentStuckOnASliceWrittenBeforeIt(t *testing.
 		"keeping a legacy slice for default/kubernetes alive is refused": {refusal: refusedReservedKubernetes, do: func(ctx context.Context, c client.Client) error {
 			s := forgedKubernetesSlice(nodeA)
 			s.Name = "kubernetes-legacy-" + nodeA
-			delete(s.Labels, slicemeta.LabelNodeKey)
+			delete(s.Labels, wellknown.LabelNodeKey)
 			created(t, s)
 			t.Cleanup(func() { _ = env.Client.Delete(context.WithoutCancel(ctx), s) })
-			s.Labels[slicemeta.LabelNodeKey] = slicemeta.NodeKey(nodeA)
+			s.Labels[wellknown.LabelNodeKey] = slicemeta.NodeKey(nodeA)
 			return c.Update(ctx, s)
 		}},
 		"changing a legacy slice while keeping its endpoint without a targetRef is refused": {refusal: refusal, do: func(ctx context.Context, c client.Client) error {

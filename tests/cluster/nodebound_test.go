@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/tests/internal/bundle"
 )
 
@@ -67,13 +68,13 @@ func agentLease(node string) *coordinationv1.Lease {
 	now := metav1.NewMicroTime(time.Now())
 	l := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: bundle.Namespace, Name: slicemeta.AgentLeaseName(node),
-			Annotations: map[string]string{slicemeta.AnnotationNode: node},
+			Namespace: bundle.Namespace, Name: wellknown.AgentLeaseName(node),
+			Annotations: map[string]string{wellknown.AnnotationNode: node},
 		},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
 	}
 	if len(node) <= 63 {
-		l.Labels = map[string]string{slicemeta.LabelNode: node}
+		l.Labels = map[string]string{wellknown.LabelNode: node}
 	}
 	return l
 }
@@ -232,26 +233,26 @@ func TestTheAgentWritesOnlyItsOwnNodesSlicesAndLease(t *testing.T) {
 		}},
 		"a slice annotated for node-b with endpoints on node-a is refused": {refusal: refusedNodeAnnotation, do: func(ctx context.Context, c client.Client) error {
 			s := ourSlice(tenant, "web", nodeA, nodeA)
-			s.Annotations[slicemeta.AnnotationNode] = nodeB
+			s.Annotations[wellknown.AnnotationNode] = nodeB
 			return c.Create(ctx, s)
 		}},
 		"a slice labelled for node-b is refused": {refusal: refusedNodeAnnotation, do: func(ctx context.Context, c client.Client) error {
 			s := ourSlice(tenant, "web", nodeA, nodeA)
-			s.Labels[slicemeta.LabelNode] = nodeB
+			s.Labels[wellknown.LabelNode] = nodeB
 			return c.Create(ctx, s)
 		}},
 		"a slice keyed for node-b's cache is refused": {refusal: refusedNodeAnnotation, do: func(ctx context.Context, c client.Client) error {
 			s := ourSlice(tenant, "web", nodeA, nodeA)
-			s.Labels[slicemeta.LabelNodeKey] = slicemeta.NodeKey(nodeB)
+			s.Labels[wellknown.LabelNodeKey] = slicemeta.NodeKey(nodeB)
 			return c.Create(ctx, s)
 		}},
 		"a slice without the node-key label, as agents before it wrote them, is admitted and keyed": {do: func(ctx context.Context, c client.Client) error {
 			s := ourSlice(tenant, "older", nodeA, nodeA)
-			delete(s.Labels, slicemeta.LabelNodeKey)
+			delete(s.Labels, wellknown.LabelNodeKey)
 			if err := c.Create(ctx, s); err != nil {
 				return err
 			}
-			s.Labels[slicemeta.LabelNodeKey] = slicemeta.NodeKey(nodeA)
+			s.Labels[wellknown.LabelNodeKey] = slicemeta.NodeKey(nodeA)
 			return c.Update(ctx, s)
 		}},
 		"a slice another controller manages is refused": {refusal: refusedNotManaged, do: func(ctx context.Context, c client.Client) error {
@@ -276,8 +277,8 @@ func TestTheAgentWritesOnlyItsOwnNodesSlicesAndLease(t *testing.T) {
 		}},
 		"taking node-b's slice over is refused": {refusal: refusedNodeAnnotation, do: func(ctx context.Context, c client.Client) error {
 			s := created(t, ourSlice(tenant, "api", nodeB, nodeB))
-			s.Annotations[slicemeta.AnnotationNode] = nodeA
-			s.Labels[slicemeta.LabelNode] = nodeA
+			s.Annotations[wellknown.AnnotationNode] = nodeA
+			s.Labels[wellknown.LabelNode] = nodeA
 			s.Endpoints[0].NodeName = ptr.To(nodeA)
 			return c.Update(ctx, s)
 		}},
@@ -302,7 +303,7 @@ func TestTheAgentWritesOnlyItsOwnNodesSlicesAndLease(t *testing.T) {
 		}},
 		"a made-up agent Lease is refused": {refusal: refusedLeaseName + nodeA, do: func(ctx context.Context, c client.Client) error {
 			l := agentLease(nodeA)
-			l.Name = slicemeta.AgentLeasePrefix + "made-up"
+			l.Name = wellknown.AgentLeasePrefix + "made-up"
 			return c.Create(ctx, l)
 		}},
 		"its Lease owned by node-b is refused": {refusal: refusedLeaseOwner, do: func(ctx context.Context, c client.Client) error {
@@ -317,17 +318,17 @@ func TestTheAgentWritesOnlyItsOwnNodesSlicesAndLease(t *testing.T) {
 	t.Run("an agent on a node whose name is digested in object names writes its slices and Lease", func(t *testing.T) {
 		long := podClient(t, "agent", longNode)
 		s := ourSlice(tenant, "web", longNode, longNode)
-		require.Contains(t, s.Name, slicemeta.NodeDigest(longNode), "the slice's name carries the digest")
+		require.Contains(t, s.Name, wellknown.NodeDigest(longNode), "the slice's name carries the digest")
 		assert.NoError(t, long.Create(t.Context(), s))
 		l := ownedByNode(agentLease(longNode), ensureNode(t, longNode))
-		require.Contains(t, l.Name, slicemeta.NodeDigest(longNode), "the Lease's name carries the digest")
+		require.Contains(t, l.Name, wellknown.NodeDigest(longNode), "the Lease's name carries the digest")
 		assert.NoError(t, long.Create(t.Context(), l, client.DryRunAll))
-		l.Name = slicemeta.AgentLeaseName(nodeA)
+		l.Name = wellknown.AgentLeaseName(nodeA)
 		policyRefusal(t, long.Create(t.Context(), l, client.DryRunAll), refusedLeaseName+"<digest of its node name>")
 		policyRefusal(t, long.Create(t.Context(), ourSlice(tenant, "web", nodeA, longNode)), refusedNodeAnnotation)
-		require.Equal(t, slicemeta.NodeKey(longNode), s.Labels[slicemeta.LabelNodeKey], "a digested node key")
+		require.Equal(t, slicemeta.NodeKey(longNode), s.Labels[wellknown.LabelNodeKey], "a digested node key")
 		keyed := ourSlice(tenant, "api", longNode, longNode)
-		keyed.Labels[slicemeta.LabelNodeKey] = nodeA
+		keyed.Labels[wellknown.LabelNodeKey] = nodeA
 		policyRefusal(t, long.Create(t.Context(), keyed), refusedNodeAnnotation)
 	})
 	t.Run("an agent whose token names no node writes nothing", func(t *testing.T) {
@@ -391,7 +392,7 @@ func TestTheControllerWritesOnlyWhatItOwns(t *testing.T) {
 			return c.Delete(ctx, svc, client.Preconditions{UID: &svc.UID})
 		}},
 		"it adopts a Service annotated for adoption": {do: func(ctx context.Context, c client.Client) error {
-			svc := created(t, foreign("legacy", map[string]string{slicemeta.AnnotationAdopt: "true"}))
+			svc := created(t, foreign("legacy", map[string]string{wellknown.AnnotationAdopt: "true"}))
 			svc.OwnerReferences = child("legacy").OwnerReferences
 			return c.Update(ctx, svc)
 		}},
@@ -443,7 +444,7 @@ func TestTheControllerWritesOnlyWhatItOwns(t *testing.T) {
 			return c.Update(ctx, svc)
 		}},
 		"deleting an adoptable Service it does not control yet is refused": {refusal: refusedDelete, do: func(ctx context.Context, c client.Client) error {
-			return c.Delete(ctx, created(t, foreign("not-yet", map[string]string{slicemeta.AnnotationAdopt: "true"})))
+			return c.Delete(ctx, created(t, foreign("not-yet", map[string]string{wellknown.AnnotationAdopt: "true"})))
 		}},
 		"changing a built-in slice is refused": {refusal: refusedSlices, do: func(ctx context.Context, c client.Client) error {
 			s := created(t, builtin(tenant, "plain"))

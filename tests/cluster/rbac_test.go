@@ -23,6 +23,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/tests/internal/bundle"
 )
 
@@ -55,7 +56,7 @@ func setupRBAC(t *testing.T) rbacFixture {
 	for _, name := range []string{f.referenced, f.unreferenced} {
 		require.NoError(t, env.Client.Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name},
-			Type:       slicemeta.SecretTypePostgreSQLCredentials,
+			Type:       wellknown.SecretTypePostgreSQLCredentials,
 			Data:       map[string][]byte{"user": []byte("app"), "password": []byte("pw")},
 		}))
 	}

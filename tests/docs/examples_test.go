@@ -21,7 +21,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/tests/internal/bundle"
 )
 
@@ -104,7 +104,7 @@ func installCredentialPolicy(t *testing.T) {
 	ns := env.CreateNamespaceForTest(t, "policy")
 	bad := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "no-user"},
-		Type:       slicemeta.SecretTypePostgreSQLCredentials,
+		Type:       wellknown.SecretTypePostgreSQLCredentials,
 		StringData: map[string]string{"password": "x"},
 	}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

@@ -20,7 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
 	"github.com/deckhouse/service-with-healthchecks/testkit/postgres"
@@ -326,8 +326,8 @@ func exampleCredentials() (user, password string, err error) {
 	if user == "" || password == "" {
 		return "", "", fmt.Errorf("%s: stringData.user and stringData.password must be set", exampleFiles[0])
 	}
-	if objs[0].Object["type"] != slicemeta.SecretTypePostgreSQLCredentials {
-		return "", "", fmt.Errorf("%s: type must be %s", exampleFiles[0], slicemeta.SecretTypePostgreSQLCredentials)
+	if objs[0].Object["type"] != wellknown.SecretTypePostgreSQLCredentials {
+		return "", "", fmt.Errorf("%s: type must be %s", exampleFiles[0], wellknown.SecretTypePostgreSQLCredentials)
 	}
 	return user, password, nil
 }

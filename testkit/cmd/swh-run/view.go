@@ -24,8 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
 )
 
@@ -223,7 +223,7 @@ func (d *demo) render(ctx context.Context) *View {
 	)
 	errs := []error{
 		cl.List(ctx, &swhs, client.InNamespace(demoNamespace)),
-		cl.List(ctx, &slcs, client.InNamespace(demoNamespace), client.MatchingLabels{discoveryv1.LabelManagedBy: slicemeta.ManagedBy}),
+		cl.List(ctx, &slcs, client.InNamespace(demoNamespace), client.MatchingLabels{discoveryv1.LabelManagedBy: wellknown.ManagedBy}),
 		cl.List(ctx, &pods, client.InNamespace(demoNamespace)),
 		cl.List(ctx, &svcs, client.InNamespace(demoNamespace)),
 		cl.List(ctx, &events, client.InNamespace(demoNamespace)),
@@ -294,7 +294,7 @@ func (d *demo) renderCluster(b *strings.Builder, leases []coordinationv1.Lease, 
 	fmt.Fprintf(b, "controllers: %s\n", strings.Join(ctrls, ", "))
 	renewed := map[string]time.Time{}
 	for _, l := range leases {
-		if l.Spec.HolderIdentity != nil && l.Spec.RenewTime != nil && l.Name == slicemeta.AgentLeaseName(*l.Spec.HolderIdentity) {
+		if l.Spec.HolderIdentity != nil && l.Spec.RenewTime != nil && l.Name == wellknown.AgentLeaseName(*l.Spec.HolderIdentity) {
 			renewed[*l.Spec.HolderIdentity] = l.Spec.RenewTime.Time
 		}
 	}
@@ -417,7 +417,7 @@ func podAddresses(pod *corev1.Pod) []string {
 // findEndpoint finds the pod's endpoint in the resource's slices of the port.
 func findEndpoint(slcs []discoveryv1.EndpointSlice, resource, port, ip string) (discoveryv1.Endpoint, int32, bool) {
 	for _, s := range slcs {
-		if s.Labels[slicemeta.LabelResource] != resource || s.Labels[slicemeta.LabelPort] != port {
+		if s.Labels[wellknown.LabelResource] != resource || s.Labels[wellknown.LabelPort] != port {
 			continue
 		}
 		for _, e := range s.Endpoints {

@@ -18,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
@@ -62,7 +62,7 @@ func TestALiveDualStackServiceIsAdoptedWithoutAFailedRequest(t *testing.T) {
 	b.ServeHTTP(t, 8080)
 	policy := corev1.IPFamilyPolicyRequireDualStack
 	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web", Annotations: map[string]string{slicemeta.AnnotationAdopt: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web", Annotations: map[string]string{wellknown.AnnotationAdopt: "true"}},
 		Spec: corev1.ServiceSpec{
 			Selector:       labels,
 			IPFamilyPolicy: &policy,

@@ -21,7 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
 )
@@ -118,7 +118,7 @@ func eventuallySlices(t *testing.T, c *cluster.Cluster, ns, resource string, wan
 	t.Helper()
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		var list discoveryv1.EndpointSliceList
-		require.NoError(ct, c.Env.Client.List(t.Context(), &list, client.InNamespace(ns), client.MatchingLabels{slicemeta.LabelResource: resource}))
+		require.NoError(ct, c.Env.Client.List(t.Context(), &list, client.InNamespace(ns), client.MatchingLabels{wellknown.LabelResource: resource}))
 		got := map[string][]string{}
 		for _, s := range list.Items {
 			got[s.Name] = []string{}

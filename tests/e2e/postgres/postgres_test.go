@@ -12,7 +12,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
 )
@@ -124,7 +124,7 @@ func TestDBReadDropsAStoppedReplicaAndNoRequestFailsOnceItLeft(t *testing.T) {
 
 	var slice discoveryv1.EndpointSlice
 	require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: d.ns, Name: "db-read-postgres-node-b"}, &slice))
-	assert.Equal(t, slicemeta.ManagedBy, slice.Labels[discoveryv1.LabelManagedBy])
+	assert.Equal(t, wellknown.ManagedBy, slice.Labels[discoveryv1.LabelManagedBy])
 	require.Len(t, slice.Endpoints, 1)
 	assert.Equal(t, d.db1.IP.String(), slice.Endpoints[0].Addresses[0])
 	assert.False(t, *slice.Endpoints[0].Conditions.Ready, "the stopped replica is kept in its slice, not ready")

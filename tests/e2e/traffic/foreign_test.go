@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
@@ -96,5 +96,5 @@ func TestAResourceNamedLikeAForeignServiceAddsNoPodToIt(t *testing.T) {
 	require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKeyFromObject(foreign), got))
 	assert.Equal(t, foreign.Spec.Selector, got.Spec.Selector, "the plain Service is untouched")
 	assert.Empty(t, got.OwnerReferences)
-	assert.NotContains(t, got.Annotations, slicemeta.AnnotationAdopt)
+	assert.NotContains(t, got.Annotations, wellknown.AnnotationAdopt)
 }

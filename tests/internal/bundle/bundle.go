@@ -27,6 +27,7 @@ import (
 	"k8s.io/kube-openapi/pkg/validation/spec"
 	"sigs.k8s.io/yaml"
 
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
 )
 
@@ -37,7 +38,7 @@ const (
 	// ValuesKey is the key of the module's values (the module name in camelCase).
 	ValuesKey = "serviceWithHealthchecks"
 	// Namespace is the module namespace.
-	Namespace = "d8-service-with-healthchecks"
+	Namespace = wellknown.Namespace
 	// MonitoringNamespace is where the platform's Prometheus and the PodMonitors live.
 	MonitoringNamespace = "d8-monitoring"
 	// ControllerElectionLease is the controller's leader-election Lease in the module namespace

@@ -25,8 +25,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
 	"github.com/deckhouse/service-with-healthchecks/testkit/metrics"
@@ -112,7 +112,7 @@ func SliceEndpoints(s *discoveryv1.EndpointSlice) map[string]string {
 // endpoint address -> conditions, and the slices themselves by name.
 func SlicesOf(ctx context.Context, c *cluster.Cluster, ns, resource string) (map[string]map[string]string, map[string]discoveryv1.EndpointSlice, error) {
 	var list discoveryv1.EndpointSliceList
-	if err := c.Env.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{slicemeta.LabelResource: resource}); err != nil {
+	if err := c.Env.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{wellknown.LabelResource: resource}); err != nil {
 		return nil, nil, fmt.Errorf("listing the slices of %s/%s: %w", ns, resource, err)
 	}
 	out := map[string]map[string]string{}

@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
 	"github.com/deckhouse/service-with-healthchecks/testkit/process"
 )
@@ -41,7 +41,7 @@ func TestTheProgramRenewsItsNodeLease(t *testing.T) {
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var l coordinationv1.Lease
-		require.NoError(c, env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: slicemeta.AgentLeaseName("lease-node")}, &l))
+		require.NoError(c, env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: wellknown.AgentLeaseName("lease-node")}, &l))
 		require.NotNil(c, l.Spec.HolderIdentity)
 		assert.Equal(c, "lease-node", *l.Spec.HolderIdentity)
 		assert.NotNil(c, l.Spec.RenewTime)

@@ -33,6 +33,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/credentials"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/lease"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
@@ -45,7 +46,7 @@ import (
 const (
 	DefaultMetricsBindAddress     = "127.0.0.1:9781"
 	DefaultHealthProbeBindAddress = "127.0.0.1:9782"
-	DefaultLeaseNamespace         = "d8-service-with-healthchecks"
+	DefaultLeaseNamespace         = wellknown.Namespace
 	DefaultProbeConcurrency       = 64
 	DefaultCoalesceWindow         = 200 * time.Millisecond
 	DefaultCoalesceBurst          = 3
@@ -192,8 +193,8 @@ func newManager(opts Options) (manager.Manager, error) {
 			// not grow with other nodes. A name another node's slice holds is found taken
 			// when the agent creates it (the publisher reads it and refuses it).
 			&discoveryv1.EndpointSlice{}: {Label: labels.SelectorFromSet(labels.Set{
-				discoveryv1.LabelManagedBy: slicemeta.ManagedBy,
-				slicemeta.LabelNodeKey:     slicemeta.NodeKey(opts.NodeName),
+				discoveryv1.LabelManagedBy: wellknown.ManagedBy,
+				wellknown.LabelNodeKey:     slicemeta.NodeKey(opts.NodeName),
 			})},
 			// Only this agent's own Node, watched by name as MetalLB's speaker does: its zone
 			// labels the endpoints from the first write and follows a relabelled node.

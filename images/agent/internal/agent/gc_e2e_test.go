@@ -18,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/agent"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 )
@@ -67,7 +67,7 @@ func unprobed(t *testing.T, c *cluster.Cluster, ns, name string, selector map[st
 // owners maps the slices of a resource to the UIDs of their owners.
 func owners(ctx context.Context, c *cluster.Cluster, ns, resource string) (map[string]types.UID, error) {
 	var list discoveryv1.EndpointSliceList
-	if err := c.Env.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{slicemeta.LabelResource: resource}); err != nil {
+	if err := c.Env.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{wellknown.LabelResource: resource}); err != nil {
 		return nil, err
 	}
 	out := map[string]types.UID{}

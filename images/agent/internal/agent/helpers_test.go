@@ -23,6 +23,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/agent"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/scheduler"
@@ -205,7 +206,7 @@ func tf(b *bool) string {
 // slicesOf reads the slices of a resource, by name.
 func slicesOf(ctx context.Context, c *cluster.Cluster, ns, resource string) (map[string]sliceView, error) {
 	var list discoveryv1.EndpointSliceList
-	if err := c.Env.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{slicemeta.LabelResource: resource}); err != nil {
+	if err := c.Env.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{wellknown.LabelResource: resource}); err != nil {
 		return nil, err
 	}
 	out := map[string]sliceView{}

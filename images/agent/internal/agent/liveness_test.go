@@ -23,8 +23,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/agent"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 	"github.com/deckhouse/service-with-healthchecks/testkit/loopback"
@@ -505,7 +505,7 @@ func touchLeases(t *testing.T, c *cluster.Cluster, ns string, nodes ...string) {
 	now := metav1.NewMicroTime(time.Now())
 	for _, node := range nodes {
 		var l coordinationv1.Lease
-		require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: slicemeta.AgentLeaseName(node)}, &l))
+		require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: wellknown.AgentLeaseName(node)}, &l))
 		l.Spec.RenewTime = &now
 		require.NoError(t, c.Env.Client.Update(t.Context(), &l), "renewing the Lease of %s", node)
 	}

@@ -13,8 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/agent"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/credentials"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
@@ -59,7 +59,7 @@ func TestPostgresDBWriteFollowsThePrimaryAndDBReadEveryServerThatAnswers(t *test
 
 	require.NoError(t, c.Env.Client.Create(t.Context(), &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pgSecretName},
-		Type:       slicemeta.SecretTypePostgreSQLCredentials,
+		Type:       wellknown.SecretTypePostgreSQLCredentials,
 		StringData: map[string]string{credentials.KeyUser: pgProbeUser, credentials.KeyPassword: pgProbePassword, credentials.KeyTLSMode: string(credentials.TLSDisabled)},
 	}))
 	port := []v1alpha1.ServicePort{namedPort("postgres", 5432, intstr.FromString("postgres"))}

@@ -19,8 +19,8 @@ import (
 	discoveryv1ac "k8s.io/client-go/applyconfigurations/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/portrule"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/publisher"
@@ -62,7 +62,7 @@ func TestAConflictingUpdateIsRetriedOnTheLatestVersion(t *testing.T) {
 	// The slice is taken over by another resource's labels meanwhile: the retry refuses.
 	stale = got.DeepCopy()
 	taken := got.DeepCopy()
-	taken.Labels[slicemeta.LabelResource] = "someone-else"
+	taken.Labels[wellknown.LabelResource] = "someone-else"
 	require.NoError(t, c.Env.Client.Update(t.Context(), taken))
 	again := desired(true)
 	plan = sliceplan.Diff("web", swh.UID, "node-a", again, map[string]*discoveryv1.EndpointSlice{stale.Name: stale})

@@ -20,6 +20,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/publisher"
 )
@@ -196,7 +197,7 @@ func (r *Reconciler) summarize(swh *v1alpha1.ServiceWithHealthchecks, batch []Tr
 		ReportingInstance:   r.reportingInstance(),
 		Action:              "Probe",
 		Reason:              ReasonPortsChanged,
-		Regarding:           corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: slicemeta.Kind, Namespace: swh.Namespace, Name: swh.Name, UID: swh.UID, ResourceVersion: swh.ResourceVersion},
+		Regarding:           corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: wellknown.Kind, Namespace: swh.Namespace, Name: swh.Name, UID: swh.UID, ResourceVersion: swh.ResourceVersion},
 		Type:                corev1.EventTypeNormal,
 		Note:                summaryNote(batch, EventWindow),
 	}
@@ -219,7 +220,7 @@ func (r *Reconciler) summarize(swh *v1alpha1.ServiceWithHealthchecks, batch []Tr
 func (r *Reconciler) reportingInstance() string {
 	inst := ControllerName + "-" + r.Node
 	if len(inst) > 128 {
-		inst = ControllerName + "-" + slicemeta.NodeDigest(r.Node)
+		inst = ControllerName + "-" + wellknown.NodeDigest(r.Node)
 	}
 	return inst
 }

@@ -25,8 +25,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/agent"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/scheduler"
@@ -52,7 +52,7 @@ func refuseSliceUpdates(t *testing.T, c *cluster.Cluster, ns, resource string) (
 				},
 			}}},
 			Validations: []admissionregistrationv1.Validation{{
-				Expression: fmt.Sprintf("object.metadata.namespace != %q || object.metadata.?labels[%q].orValue('') != %q", ns, slicemeta.LabelResource, resource),
+				Expression: fmt.Sprintf("object.metadata.namespace != %q || object.metadata.?labels[%q].orValue('') != %q", ns, wellknown.LabelResource, resource),
 				Message:    "refused by the test",
 			}},
 		},

@@ -25,8 +25,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/agent"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/scheduler"
@@ -279,7 +279,7 @@ func TestALongNodeNameGivesValidStableSliceNames(t *testing.T) {
 
 	a := startAgent(t, c, node)
 	short := "web-http-" + node
-	long := "a-much-longer-resource-name-http-" + slicemeta.NodeDigest(node)
+	long := "a-much-longer-resource-name-http-" + wellknown.NodeDigest(node)
 	got1 := eventuallySlices(t, c, ns, "web", map[string]map[string]string{short: {"198.18.250.1": "TTF"}})
 	got2 := eventuallySlices(t, c, ns, "a-much-longer-resource-name", map[string]map[string]string{long: {"198.18.250.1": "TTF"}})
 	for _, name := range []string{short, long} {
@@ -289,8 +289,8 @@ func TestALongNodeNameGivesValidStableSliceNames(t *testing.T) {
 	assert.Equal(t, map[string]string{"198.18.250.1": node}, got2[long].Nodes, "endpoints carry the full node name")
 	s := &discoveryv1.EndpointSlice{}
 	require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: long}, s))
-	assert.Equal(t, node, s.Annotations[slicemeta.AnnotationNode])
-	assert.NotContains(t, s.Labels, slicemeta.LabelNode, "the node label is left out where the name does not fit")
+	assert.Equal(t, node, s.Annotations[wellknown.AnnotationNode])
+	assert.NotContains(t, s.Labels, wellknown.LabelNode, "the node label is left out where the name does not fit")
 
 	a.stop()
 	startAgent(t, c, node)

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/publisher"
 )
 
@@ -23,8 +24,8 @@ import (
 // of before the label (issue 19). Once every agent has run this version there are none, and
 // the list each agent makes at start is empty.
 func unlabelled() labels.Selector {
-	managed, _ := labels.NewRequirement(discoveryv1.LabelManagedBy, selection.Equals, []string{slicemeta.ManagedBy})
-	noKey, _ := labels.NewRequirement(slicemeta.LabelNodeKey, selection.DoesNotExist, nil)
+	managed, _ := labels.NewRequirement(discoveryv1.LabelManagedBy, selection.Equals, []string{wellknown.ManagedBy})
+	noKey, _ := labels.NewRequirement(wellknown.LabelNodeKey, selection.DoesNotExist, nil)
 	return labels.NewSelector().Add(*managed, *noKey)
 }
 

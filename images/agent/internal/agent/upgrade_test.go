@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 )
 
@@ -23,11 +23,11 @@ import (
 func stripNodeKeys(t *testing.T, c *cluster.Cluster, ns, resource string) {
 	t.Helper()
 	var list discoveryv1.EndpointSliceList
-	require.NoError(t, c.Env.Client.List(t.Context(), &list, client.InNamespace(ns), client.MatchingLabels{slicemeta.LabelResource: resource}))
+	require.NoError(t, c.Env.Client.List(t.Context(), &list, client.InNamespace(ns), client.MatchingLabels{wellknown.LabelResource: resource}))
 	require.NotEmpty(t, list.Items)
 	for i := range list.Items {
 		s := &list.Items[i]
-		delete(s.Labels, slicemeta.LabelNodeKey)
+		delete(s.Labels, wellknown.LabelNodeKey)
 		require.NoError(t, c.Env.Client.Update(t.Context(), s))
 	}
 }
@@ -63,7 +63,7 @@ func TestAnUpgradedAgentAdoptsSlicesWithoutTheNodeKeyWithoutFlapping(t *testing.
 	assert.NotEmpty(t, got["web-http-node-a"].RV)
 	s := &discoveryv1.EndpointSlice{}
 	require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "web-http-node-a"}, s))
-	assert.Equal(t, "node-a", s.Labels[slicemeta.LabelNodeKey], "the slice carries its node key now")
+	assert.Equal(t, "node-a", s.Labels[wellknown.LabelNodeKey], "the slice carries its node key now")
 	assert.Empty(t, s.ManagedFields, "the label is written as every update is: without managedFields")
 	assert.Equal(t, 0.0, testutil.ToFloat64(second.Metrics.SliceWriteErrors.WithLabelValues("update")))
 	assert.Equal(t, 1.0, testutil.ToFloat64(second.Metrics.SliceWrites.WithLabelValues("update")), "the label is counted as the publisher's one update")

@@ -16,7 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 )
 
 // TLSMode says how a probe protects and verifies its PostgreSQL connection.
@@ -101,8 +101,8 @@ func redacted(s string) string {
 // Parse checks a credential Secret and builds its Credentials. The error says what is wrong
 // without quoting any value.
 func Parse(secret *corev1.Secret) (*Credentials, error) {
-	if string(secret.Type) != slicemeta.SecretTypePostgreSQLCredentials {
-		return nil, fmt.Errorf("wrong type %q, want %s", secret.Type, slicemeta.SecretTypePostgreSQLCredentials)
+	if string(secret.Type) != wellknown.SecretTypePostgreSQLCredentials {
+		return nil, fmt.Errorf("wrong type %q, want %s", secret.Type, wellknown.SecretTypePostgreSQLCredentials)
 	}
 	c := &Credentials{TLSMode: TLSDisabled}
 	user, ok := secret.Data[KeyUser]

@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
 )
 
@@ -36,7 +36,7 @@ swh_agent_credential_secret_problems{problem="wrong_type"} %d
 func TestProblemGaugeCountsEachKindOfBrokenSecret(t *testing.T) {
 	ctx := t.Context()
 	ns := env.CreateNamespaceForTest(t, "credmetrics")
-	typ := corev1.SecretType(slicemeta.SecretTypePostgreSQLCredentials)
+	typ := corev1.SecretType(wellknown.SecretTypePostgreSQLCredentials)
 	require.NoError(t, env.Client.Create(ctx, secret(ns, "good", typ, map[string]string{"user": "app", "password": "pw"})))
 	require.NoError(t, env.Client.Create(ctx, secret(ns, "opaque", corev1.SecretTypeOpaque, map[string]string{"user": "app"})))
 	bad := secret(ns, "bad", typ, map[string]string{"password": "pw"})

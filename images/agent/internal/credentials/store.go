@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
 )
 
@@ -259,7 +259,7 @@ func (s *Store) start(ref types.NamespacedName) *entry {
 		creds, err := Parse(secret)
 		e.mu.Lock()
 		e.present, e.creds, e.problem, e.watchErr = true, creds, "", ""
-		e.wrongType = err != nil && string(secret.Type) != slicemeta.SecretTypePostgreSQLCredentials
+		e.wrongType = err != nil && string(secret.Type) != wellknown.SecretTypePostgreSQLCredentials
 		if err != nil {
 			e.problem = err.Error()
 		}

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/credentials"
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
 	"github.com/deckhouse/service-with-healthchecks/testkit/pki"
@@ -74,9 +74,9 @@ func secret(ns, name string, typ corev1.SecretType, data map[string]string) *cor
 func TestStoreReadsOnlyReferencedSecretsAsTheAgent(t *testing.T) {
 	ctx := t.Context()
 	ns := env.CreateNamespaceForTest(t, "creds")
-	require.NoError(t, env.Client.Create(ctx, secret(ns, "db-creds", slicemeta.SecretTypePostgreSQLCredentials,
+	require.NoError(t, env.Client.Create(ctx, secret(ns, "db-creds", wellknown.SecretTypePostgreSQLCredentials,
 		map[string]string{"user": "app", "password": "pw-db-creds", "tlsMode": "Disabled"})))
-	require.NoError(t, env.Client.Create(ctx, secret(ns, "unreferenced", slicemeta.SecretTypePostgreSQLCredentials,
+	require.NoError(t, env.Client.Create(ctx, secret(ns, "unreferenced", wellknown.SecretTypePostgreSQLCredentials,
 		map[string]string{"user": "other", "password": "pw-unreferenced"})))
 	store, cs := agentStore(t, ns, "db-creds")
 
@@ -120,7 +120,7 @@ func TestStoreReportsBrokenSecretsAndHealsWhenFixed(t *testing.T) {
 	require.NoError(t, err)
 	other, err := ca.Client("other")
 	require.NoError(t, err)
-	typ := corev1.SecretType(slicemeta.SecretTypePostgreSQLCredentials)
+	typ := corev1.SecretType(wellknown.SecretTypePostgreSQLCredentials)
 
 	cases := map[string]struct {
 		secret  func(ns string) *corev1.Secret // nil: the Secret does not exist yet
@@ -221,7 +221,7 @@ func TestStoreReportsBrokenSecretsAndHealsWhenFixed(t *testing.T) {
 }
 
 func TestCredentialsNeverPrintThePassword(t *testing.T) {
-	creds, err := credentials.Parse(secret("ns", "db", slicemeta.SecretTypePostgreSQLCredentials,
+	creds, err := credentials.Parse(secret("ns", "db", wellknown.SecretTypePostgreSQLCredentials,
 		map[string]string{"user": "app", "password": "hunter2-secret"}))
 	require.NoError(t, err)
 	require.Equal(t, "hunter2-secret", creds.Password(), "the password is there to be hidden")

@@ -26,7 +26,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
 )
 
@@ -92,7 +92,7 @@ func (r *Renewer) Start(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			r.Log.Error(err, "renewing the node Lease failed, retrying", "namespace", r.Namespace, "lease", slicemeta.AgentLeaseName(r.Node))
+			r.Log.Error(err, "renewing the node Lease failed, retrying", "namespace", r.Namespace, "lease", wellknown.AgentLeaseName(r.Node))
 			failing = true
 			if r.Metrics != nil {
 				r.Metrics.LeaseRenewErrors.Inc()
@@ -102,7 +102,7 @@ func (r *Renewer) Start(ctx context.Context) error {
 				r.Metrics.LeaseLastRenew.Set(float64(clk.Now().UnixNano()) / 1e9)
 			}
 			if failing {
-				r.Log.Info("renewing the node Lease works again", "namespace", r.Namespace, "lease", slicemeta.AgentLeaseName(r.Node))
+				r.Log.Info("renewing the node Lease works again", "namespace", r.Namespace, "lease", wellknown.AgentLeaseName(r.Node))
 				failing = false
 			}
 		}
@@ -123,7 +123,7 @@ func (r *Renewer) NeedLeaderElection() bool { return false }
 // Renew must not be called concurrently.
 func (r *Renewer) Renew(ctx context.Context) error {
 	at := r.clock().Now()
-	name := slicemeta.AgentLeaseName(r.Node)
+	name := wellknown.AgentLeaseName(r.Node)
 	var l coordinationv1.Lease
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: name}, &l)
 	found := true
@@ -215,12 +215,12 @@ func (r *Renewer) fill(l *coordinationv1.Lease, now metav1.MicroTime, nodeUID ty
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}
 	}
-	l.Annotations[slicemeta.AnnotationNode] = r.Node
+	l.Annotations[wellknown.AnnotationNode] = r.Node
 	if l.Labels == nil {
 		l.Labels = map[string]string{}
 	}
 	if len(validation.IsValidLabelValue(r.Node)) == 0 {
-		l.Labels[slicemeta.LabelNode] = r.Node
+		l.Labels[wellknown.LabelNode] = r.Node
 	}
 }
 

@@ -21,7 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
 )
@@ -58,7 +58,7 @@ func run(t *testing.T, r *Renewer) (stop func()) {
 func getLease(t *testing.T, ns, node string) (*coordinationv1.Lease, error) {
 	t.Helper()
 	var l coordinationv1.Lease
-	err := env.Client.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: slicemeta.AgentLeaseName(node)}, &l)
+	err := env.Client.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: wellknown.AgentLeaseName(node)}, &l)
 	return &l, err
 }
 
@@ -83,7 +83,7 @@ func TestRenewerCreatesAndKeepsRenewingTheNodeLease(t *testing.T) {
 		wantName string
 	}{
 		"a short node name names the Lease":           {node: "worker-1", wantName: "swh-agent-worker-1"},
-		"a node name too long for a name is digested": {node: strings.Repeat("n", 250), wantName: "swh-agent-" + slicemeta.NodeDigest(strings.Repeat("n", 250))},
+		"a node name too long for a name is digested": {node: strings.Repeat("n", 250), wantName: "swh-agent-" + wellknown.NodeDigest(strings.Repeat("n", 250))},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -102,7 +102,7 @@ func TestRenewerCreatesAndKeepsRenewingTheNodeLease(t *testing.T) {
 			assert.Equal(t, tc.node, *first.Spec.HolderIdentity)
 			require.NotNil(t, first.Spec.LeaseDurationSeconds)
 			assert.Equal(t, int32(40), *first.Spec.LeaseDurationSeconds)
-			assert.Equal(t, tc.node, first.Annotations[slicemeta.AnnotationNode])
+			assert.Equal(t, tc.node, first.Annotations[wellknown.AnnotationNode])
 			ownedBy(t, first, node)
 			require.NotNil(t, first.Spec.RenewTime)
 

@@ -24,8 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/credentials"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/prober"
 	"github.com/deckhouse/service-with-healthchecks/testkit/pki"
@@ -154,7 +154,7 @@ func (s staticCredentials) Lookup(namespace, name string) (*credentials.Credenti
 }
 
 func pgSecret(data map[string]string) *corev1.Secret {
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db"}, Type: slicemeta.SecretTypePostgreSQLCredentials, Data: map[string][]byte{}}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db"}, Type: wellknown.SecretTypePostgreSQLCredentials, Data: map[string][]byte{}}
 	for k, v := range data {
 		s.Data[k] = []byte(v)
 	}

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/sliceplan"
 )
@@ -128,7 +129,7 @@ func (p *Publisher) LabelNodeKey(ctx context.Context, s *discoveryv1.EndpointSli
 	if labelled.Labels == nil {
 		labelled.Labels = map[string]string{}
 	}
-	labelled.Labels[slicemeta.LabelNodeKey] = slicemeta.NodeKey(node)
+	labelled.Labels[wellknown.LabelNodeKey] = slicemeta.NodeKey(node)
 	labelled.ManagedFields = StripManagedFields()
 	err := p.Client.Update(ctx, labelled)
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {

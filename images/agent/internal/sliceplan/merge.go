@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 )
 
 // Merge returns a copy of cur with the content of want, and whether anything differs.
@@ -32,8 +33,8 @@ func Merge(cur, want *discoveryv1.EndpointSlice) (*discoveryv1.EndpointSlice, bo
 		u.Labels = map[string]string{}
 	}
 	maps.Copy(u.Labels, want.Labels)
-	if _, ok := want.Labels[slicemeta.LabelNode]; !ok {
-		delete(u.Labels, slicemeta.LabelNode)
+	if _, ok := want.Labels[wellknown.LabelNode]; !ok {
+		delete(u.Labels, wellknown.LabelNode)
 	}
 	if u.Annotations == nil {
 		u.Annotations = map[string]string{}
@@ -53,8 +54,8 @@ func differs(cur, want *discoveryv1.EndpointSlice) bool {
 			return true
 		}
 	}
-	if _, ok := want.Labels[slicemeta.LabelNode]; !ok {
-		if _, had := cur.Labels[slicemeta.LabelNode]; had {
+	if _, ok := want.Labels[wellknown.LabelNode]; !ok {
+		if _, had := cur.Labels[wellknown.LabelNode]; had {
 			return true
 		}
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/portrule"
 )
 
@@ -208,7 +209,7 @@ func TestCompute(t *testing.T) {
 			res:  resource(smtpPort),
 			node: long,
 			pods: []*corev1.Pod{pod("p1", 8080, "10.0.0.1")},
-			want: map[string]summary{"mail-smtp-" + slicemeta.NodeDigest(long): {2525, []string{"10.0.0.1=TTF"}}},
+			want: map[string]summary{"mail-smtp-" + wellknown.NodeDigest(long): {2525, []string{"10.0.0.1=TTF"}}},
 		},
 		"a 240-character node name that fits stays in the name": {
 			res:  resource(smtpPort),
@@ -280,7 +281,7 @@ func TestCompute(t *testing.T) {
 			got := Compute(Input{Resource: tc.res, Node: n, Zone: "zone-1", Pods: evaluated(tc.res, tc.results, tc.pods...), Existing: tc.existing})
 			assert.Equal(t, tc.want, summarize(t, got))
 			for _, d := range got {
-				assert.LessOrEqual(t, len(d.Slice.Name), slicemeta.MaxNameLength)
+				assert.LessOrEqual(t, len(d.Slice.Name), wellknown.MaxNameLength)
 				assert.Empty(t, validation.IsDNS1123Subdomain(d.Slice.Name))
 			}
 		})
@@ -322,13 +323,13 @@ func TestComputeSliceContent(t *testing.T) {
 	assert.Equal(t, &appProto, s.Ports[0].AppProtocol)
 	assert.Equal(t, map[string]string{
 		discoveryv1.LabelServiceName: "mail",
-		discoveryv1.LabelManagedBy:   slicemeta.ManagedBy,
-		slicemeta.LabelResource:      "mail",
-		slicemeta.LabelPort:          "smtp",
-		slicemeta.LabelNode:          node,
-		slicemeta.LabelNodeKey:       node,
+		discoveryv1.LabelManagedBy:   wellknown.ManagedBy,
+		wellknown.LabelResource:      "mail",
+		wellknown.LabelPort:          "smtp",
+		wellknown.LabelNode:          node,
+		wellknown.LabelNodeKey:       node,
 	}, s.Labels)
-	assert.Equal(t, node, s.Annotations[slicemeta.AnnotationNode])
+	assert.Equal(t, node, s.Annotations[wellknown.AnnotationNode])
 	assert.Equal(t, []metav1.OwnerReference{slicemeta.OwnerReference("mail", "uid-1")}, s.OwnerReferences)
 	e := s.Endpoints[0]
 	assert.Equal(t, node, *e.NodeName)
@@ -489,7 +490,7 @@ func TestDiff(t *testing.T) {
 		"another node's slice is never deleted": {
 			existing: byName(published("mail-smtp-node-a"), published("mail-web-node-a"), func() *discoveryv1.EndpointSlice {
 				s := existingSlice("mail-web-node-b", "web", 8080, discoveryv1.AddressTypeIPv4)
-				s.Annotations[slicemeta.AnnotationNode] = "node-b"
+				s.Annotations[wellknown.AnnotationNode] = "node-b"
 				return s
 			}()),
 		},
@@ -504,9 +505,9 @@ func TestDiff(t *testing.T) {
 		"a name held by another resource's slice is a conflict and is neither written nor deleted": {
 			existing: byName(published("mail-web-node-a"), func() *discoveryv1.EndpointSlice {
 				s := published("mail-smtp-node-a")
-				s.Labels[slicemeta.LabelResource] = "mail-smtp"
-				s.Labels[slicemeta.LabelPort] = "node"
-				s.Annotations[slicemeta.AnnotationNode] = "a"
+				s.Labels[wellknown.LabelResource] = "mail-smtp"
+				s.Labels[wellknown.LabelPort] = "node"
+				s.Annotations[wellknown.AnnotationNode] = "a"
 				s.OwnerReferences = []metav1.OwnerReference{slicemeta.OwnerReference("mail-smtp", "uid-2")}
 				return s
 			}()),

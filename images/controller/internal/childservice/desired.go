@@ -19,6 +19,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 )
 
 // FieldManager is the field manager the controller writes child Services with. Both replicas use
@@ -295,7 +296,7 @@ func Classify(swh *v1alpha1.ServiceWithHealthchecks, live *corev1.Service) Owner
 		// Another controller: adding ours would make two, which the API server refuses.
 		return Foreign
 	}
-	if live.Annotations[slicemeta.AnnotationAdopt] == "true" {
+	if live.Annotations[wellknown.AnnotationAdopt] == "true" {
 		return Adoptable
 	}
 	return Foreign

@@ -18,6 +18,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 )
 
 const testUID = types.UID("0b5e3f4c-uid")
@@ -261,7 +262,7 @@ func TestClassify(t *testing.T) {
 	svc := func(refs []metav1.OwnerReference, annotations map[string]string) *corev1.Service {
 		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "apps", OwnerReferences: refs, Annotations: annotations}}
 	}
-	adopt := map[string]string{slicemeta.AnnotationAdopt: "true"}
+	adopt := map[string]string{wellknown.AnnotationAdopt: "true"}
 	tests := map[string]struct {
 		live *corev1.Service
 		want Ownership
@@ -271,7 +272,7 @@ func TestClassify(t *testing.T) {
 		"a Service owned by the live resource stays owned when annotated": {live: svc([]metav1.OwnerReference{ours}, adopt), want: Owned},
 		"a Service of nobody is foreign":                                  {live: svc(nil, nil), want: Foreign},
 		"a Service of nobody with the adopt annotation is adoptable":      {live: svc(nil, adopt), want: Adoptable},
-		"an adopt annotation other than true is foreign":                  {live: svc(nil, map[string]string{slicemeta.AnnotationAdopt: "yes"}), want: Foreign},
+		"an adopt annotation other than true is foreign":                  {live: svc(nil, map[string]string{wellknown.AnnotationAdopt: "yes"}), want: Foreign},
 		"a Service controlled by another controller is foreign even when annotated": {
 			live: svc([]metav1.OwnerReference{otherController}, adopt), want: Foreign,
 		},
@@ -298,7 +299,7 @@ func TestDecide(t *testing.T) {
 	}
 	adoptable := func(s *corev1.Service) {
 		s.OwnerReferences = nil
-		s.Annotations = map[string]string{slicemeta.AnnotationAdopt: "true"}
+		s.Annotations = map[string]string{wellknown.AnnotationAdopt: "true"}
 		s.Spec.Selector = map[string]string{"app": "web"}
 	}
 	inSync := Desired(resource(nil), corev1ac.Service("web", "apps"))
@@ -327,7 +328,7 @@ func TestDecide(t *testing.T) {
 		},
 		"a foreign Service: touch nothing and say so": {
 			in:         Input{Resource: resource(nil), Live: liveSvc(func(s *corev1.Service) { s.OwnerReferences = nil })},
-			wantStatus: metav1.ConditionFalse, wantReason: ReasonForeignService, wantInMessage: slicemeta.AnnotationAdopt,
+			wantStatus: metav1.ConditionFalse, wantReason: ReasonForeignService, wantInMessage: wellknown.AnnotationAdopt,
 		},
 		"a Service of another controller: touch nothing and name the controller": {
 			in: Input{Resource: resource(nil), Live: liveSvc(func(s *corev1.Service) {

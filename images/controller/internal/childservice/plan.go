@@ -15,8 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 )
 
 // Reasons of the ServiceSynced condition.
@@ -115,7 +115,7 @@ func Decide(in Input) Plan {
 		} else {
 			p.Synced = condition(metav1.ConditionFalse, ReasonForeignService,
 				"Service %s exists and is not owned by this resource, so it is left untouched; delete it, or annotate it %s=true to let this resource adopt it",
-				name, slicemeta.AnnotationAdopt)
+				name, wellknown.AnnotationAdopt)
 		}
 		return p
 	case Owned, Adoptable:

@@ -9,6 +9,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/lib/cmdline"
 )
 
@@ -16,7 +17,7 @@ import (
 const Program = "controller"
 
 // DefaultNamespace is the module namespace: leader election and the agents' Leases live there.
-const DefaultNamespace = "d8-service-with-healthchecks"
+const DefaultNamespace = wellknown.Namespace
 
 // Client-side API rate limits (--kube-api-qps, --kube-api-burst).
 const (

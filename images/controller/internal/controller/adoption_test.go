@@ -17,8 +17,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/childservice"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
 )
@@ -30,7 +30,7 @@ func liveService(ns string) *corev1.Service {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "web", Namespace: ns,
 			Labels:      map[string]string{"app": "web"},
-			Annotations: map[string]string{slicemeta.AnnotationAdopt: "true"},
+			Annotations: map[string]string{wellknown.AnnotationAdopt: "true"},
 		},
 		Spec: corev1.ServiceSpec{
 			Type:     corev1.ServiceTypeNodePort,

@@ -19,8 +19,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/status"
 )
 
@@ -28,14 +28,14 @@ import (
 // returned stop is called (or the test ends). The Lease is created when missing.
 func renewLease(t *testing.T, ns, node string) (stop func()) {
 	t.Helper()
-	key := client.ObjectKey{Namespace: ns, Name: slicemeta.AgentLeaseName(node)}
+	key := client.ObjectKey{Namespace: ns, Name: wellknown.AgentLeaseName(node)}
 	renew := func(ctx context.Context) error {
 		now := ptr.To(metav1.NewMicroTime(time.Now()))
 		var l coordinationv1.Lease
 		err := env.Client.Get(ctx, key, &l)
 		if apierrors.IsNotFound(err) {
 			return env.Client.Create(ctx, &coordinationv1.Lease{
-				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name, Annotations: map[string]string{slicemeta.AnnotationNode: node}},
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name, Annotations: map[string]string{wellknown.AnnotationNode: node}},
 				Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: now},
 			})
 		}

@@ -13,8 +13,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
 )
 
@@ -53,7 +53,7 @@ func (r *Reconciler) needsBuiltinSweep(svc *corev1.Service, justCleared bool) bo
 	if justCleared {
 		return true
 	}
-	if svc.Annotations[slicemeta.AnnotationAdopt] != "true" {
+	if svc.Annotations[wellknown.AnnotationAdopt] != "true" {
 		return false
 	}
 	_, swept := r.builtinSwept.Load(svc.UID)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/childservice"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/gc"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/index"
@@ -142,7 +143,7 @@ func (r *Reconciler) deleteSlice(ctx context.Context, g gc.Garbage) error {
 		return nil
 	}
 	ctrl.LoggerFrom(ctx).Info("deleted a garbage EndpointSlice", "endpointSlice", client.ObjectKeyFromObject(g.Slice),
-		"reason", string(g.Reason), "node", slicemeta.NodeOf(g.Slice), "port", g.Slice.Labels[slicemeta.LabelPort])
+		"reason", string(g.Reason), "node", slicemeta.NodeOf(g.Slice), "port", g.Slice.Labels[wellknown.LabelPort])
 	return nil
 }
 

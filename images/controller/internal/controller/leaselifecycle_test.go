@@ -16,8 +16,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/status"
 )
 
@@ -92,7 +92,7 @@ func TestLeasesOfDeletedNodesCountForNothing(t *testing.T) {
 	assert.Empty(t, staleSeries(t, reg), "the deleted nodes' stale series are removed")
 	for _, n := range gone {
 		var l coordinationv1.Lease
-		require.NoError(t, env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: slicemeta.AgentLeaseName(n)}, &l),
+		require.NoError(t, env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: wellknown.AgentLeaseName(n)}, &l),
 			"the Lease of %s is left behind", n)
 	}
 

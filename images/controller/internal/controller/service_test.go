@@ -18,6 +18,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/childservice"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
 )
@@ -179,7 +180,7 @@ func TestAForeignServiceIsNeverModified(t *testing.T) {
 		cond := condition(swh, v1alpha1.ConditionServiceSynced)
 		assert.Equal(c, metav1.ConditionFalse, cond.Status)
 		assert.Equal(c, childservice.ReasonForeignService, cond.Reason)
-		assert.Contains(c, cond.Message, slicemeta.AnnotationAdopt)
+		assert.Contains(c, cond.Message, wellknown.AnnotationAdopt)
 		assert.Empty(c, swh.Status.ClusterIP, "a foreign Service's address is not reported as ours")
 	}, "the resource reports the foreign Service")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

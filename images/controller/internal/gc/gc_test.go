@@ -15,6 +15,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 )
 
 const liveUID = types.UID("live-uid")
@@ -57,11 +58,11 @@ func ownedBy(uid types.UID) sliceOpt {
 func noOwner(s *discoveryv1.EndpointSlice) { s.OwnerReferences = nil }
 
 func noNode(s *discoveryv1.EndpointSlice) {
-	delete(s.Annotations, slicemeta.AnnotationNode)
-	delete(s.Labels, slicemeta.LabelNode)
+	delete(s.Annotations, wellknown.AnnotationNode)
+	delete(s.Labels, wellknown.LabelNode)
 }
 
-func noPortLabel(s *discoveryv1.EndpointSlice) { delete(s.Labels, slicemeta.LabelPort) }
+func noPortLabel(s *discoveryv1.EndpointSlice) { delete(s.Labels, wellknown.LabelPort) }
 
 func TestDecide(t *testing.T) {
 	nodes := sets.New("n1", "n2")

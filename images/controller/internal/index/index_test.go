@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 )
 
 func TestSliceIndexValues(t *testing.T) {
@@ -26,14 +27,14 @@ func TestSliceIndexValues(t *testing.T) {
 	}
 	longNode := strings.Repeat("n", 70) // not a label value: only the annotation names it
 	noResourceLabel := agentSlice("web", "http", "n1")
-	delete(noResourceLabel.Labels, slicemeta.LabelResource)
+	delete(noResourceLabel.Labels, wellknown.LabelResource)
 	noNode := agentSlice("web", "http", "n1")
-	delete(noNode.Annotations, slicemeta.AnnotationNode)
-	delete(noNode.Labels, slicemeta.LabelNode)
+	delete(noNode.Annotations, wellknown.AnnotationNode)
+	delete(noNode.Labels, wellknown.LabelNode)
 	foreign := agentSlice("web", "http", "n1")
 	foreign.Labels[discoveryv1.LabelManagedBy] = "endpointslice-controller.k8s.io"
 	orphan := agentSlice("web", "http", "n1")
-	delete(orphan.Labels, slicemeta.LabelResource)
+	delete(orphan.Labels, wellknown.LabelResource)
 	orphan.OwnerReferences = nil
 
 	tests := map[string]struct {

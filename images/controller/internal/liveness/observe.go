@@ -22,8 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/index"
 )
 
@@ -63,7 +63,7 @@ func (r *Runner) observe(ctx context.Context, period time.Duration) error {
 		now[node] = true
 		if !r.orphans[node] {
 			r.Log.Info("ignoring the Lease of a node that does not exist (the garbage collector removes it with its Node)",
-				"namespace", r.Namespace, "lease", slicemeta.AgentLeaseName(node), "node", node)
+				"namespace", r.Namespace, "lease", wellknown.AgentLeaseName(node), "node", node)
 		}
 	}
 	r.orphans = now
@@ -95,14 +95,14 @@ func AgentRenewals(leases []coordinationv1.Lease, nodes sets.Set[string]) (renew
 // agentLease reads the node and renewTime of an agent's Lease; ok is false for other Leases and
 // for one not yet renewed.
 func agentLease(l *coordinationv1.Lease) (node string, renew time.Time, ok bool) {
-	if !strings.HasPrefix(l.Name, slicemeta.AgentLeasePrefix) || l.Spec.RenewTime == nil {
+	if !strings.HasPrefix(l.Name, wellknown.AgentLeasePrefix) || l.Spec.RenewTime == nil {
 		return "", time.Time{}, false
 	}
-	node = l.Annotations[slicemeta.AnnotationNode]
+	node = l.Annotations[wellknown.AnnotationNode]
 	if node == "" && l.Spec.HolderIdentity != nil {
 		node = *l.Spec.HolderIdentity
 	}
-	if node == "" || slicemeta.AgentLeaseName(node) != l.Name {
+	if node == "" || wellknown.AgentLeaseName(node) != l.Name {
 		return "", time.Time{}, false
 	}
 	return node, l.Spec.RenewTime.Time, true
@@ -124,7 +124,7 @@ func (w *Withdrawer) observeSlices(ctx context.Context, nodes []string) ([]*disc
 	}
 	owners := map[types.NamespacedName]types.UID{}
 	for i := range all {
-		key := types.NamespacedName{Namespace: all[i].Namespace, Name: all[i].Labels[slicemeta.LabelResource]}
+		key := types.NamespacedName{Namespace: all[i].Namespace, Name: all[i].Labels[wellknown.LabelResource]}
 		if _, seen := owners[key]; seen || key.Name == "" {
 			continue
 		}

@@ -28,7 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/index"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/slicewrite"
@@ -52,7 +52,7 @@ func startFakeAgent(t *testing.T, ns, node string) *fakeAgent {
 	now := metav1.NewMicroTime(time.Now())
 	l := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: ns, Name: slicemeta.AgentLeaseName(node), Annotations: map[string]string{slicemeta.AnnotationNode: node},
+			Namespace: ns, Name: wellknown.AgentLeaseName(node), Annotations: map[string]string{wellknown.AnnotationNode: node},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node, UID: n.UID}},
 		},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
@@ -96,7 +96,7 @@ func TestRunnerWithdrawsAfterTheGraceAndNotBefore(t *testing.T) {
 		Scheme:  env.Scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&discoveryv1.EndpointSlice{}: {Label: labels.SelectorFromSet(labels.Set{discoveryv1.LabelManagedBy: slicemeta.ManagedBy})},
+			&discoveryv1.EndpointSlice{}: {Label: labels.SelectorFromSet(labels.Set{discoveryv1.LabelManagedBy: wellknown.ManagedBy})},
 		}},
 	})
 	require.NoError(t, err)
@@ -151,7 +151,7 @@ func TestAgentLease(t *testing.T) {
 		wantOK   bool
 	}{
 		"an agent's Lease names its node by annotation": {
-			lease:    coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "swh-agent-n1", Annotations: map[string]string{slicemeta.AnnotationNode: "n1"}}, Spec: coordinationv1.LeaseSpec{RenewTime: &now}},
+			lease:    coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "swh-agent-n1", Annotations: map[string]string{wellknown.AnnotationNode: "n1"}}, Spec: coordinationv1.LeaseSpec{RenewTime: &now}},
 			wantNode: "n1", wantOK: true,
 		},
 		"the holder names the node when the annotation is missing": {
@@ -183,7 +183,7 @@ func TestAgentLease(t *testing.T) {
 func TestAgentRenewals(t *testing.T) {
 	renewed := func(node string, at int64) coordinationv1.Lease {
 		return coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: slicemeta.AgentLeaseName(node), Annotations: map[string]string{slicemeta.AnnotationNode: node}},
+			ObjectMeta: metav1.ObjectMeta{Name: wellknown.AgentLeaseName(node), Annotations: map[string]string{wellknown.AnnotationNode: node}},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), RenewTime: ptr.To(metav1.NewMicroTime(time.Unix(at, 0)))},
 		}
 	}
@@ -270,7 +270,7 @@ func TestRunnerRestartsTheGraceAfterItCouldNotSeeTheLeases(t *testing.T) {
 	// An agent stops, and the runner sees its last renewal.
 	agents["wd-b1"].stop()
 	var last coordinationv1.Lease
-	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKey{Namespace: w.ns, Name: slicemeta.AgentLeaseName("wd-b1")}, &last))
+	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKey{Namespace: w.ns, Name: wellknown.AgentLeaseName("wd-b1")}, &last))
 	require.Eventually(t, func() bool {
 		renew, _, ok := tr.Seen("wd-b1")
 		return ok && renew.Equal(last.Spec.RenewTime.Time)
@@ -339,7 +339,7 @@ func TestANewLeaderRestartsTheGrace(t *testing.T) {
 
 	agents["wd-l1"].stop()
 	var last coordinationv1.Lease
-	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKey{Namespace: w.ns, Name: slicemeta.AgentLeaseName("wd-l1")}, &last))
+	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKey{Namespace: w.ns, Name: wellknown.AgentLeaseName("wd-l1")}, &last))
 	var silentSince time.Time
 	require.Eventually(t, func() bool {
 		renew, changed, ok := a.Withdrawer.Tracker.Seen("wd-l1")
@@ -383,7 +383,7 @@ func startReplica(t *testing.T, ns string, grace time.Duration) (*Runner, func()
 		RenewDeadline:                 &renewDeadline,
 		RetryPeriod:                   &retryPeriod,
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&discoveryv1.EndpointSlice{}: {Label: labels.SelectorFromSet(labels.Set{discoveryv1.LabelManagedBy: slicemeta.ManagedBy})},
+			&discoveryv1.EndpointSlice{}: {Label: labels.SelectorFromSet(labels.Set{discoveryv1.LabelManagedBy: wellknown.ManagedBy})},
 		}},
 	})
 	require.NoError(t, err)

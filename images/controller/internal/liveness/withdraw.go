@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/slicewrite"
 )
@@ -37,7 +38,7 @@ func Plan(sliceList []discoveryv1.EndpointSlice, owners map[types.NamespacedName
 		if !stale[slicemeta.NodeOf(s)] {
 			continue
 		}
-		uid := owners[types.NamespacedName{Namespace: s.Namespace, Name: s.Labels[slicemeta.LabelResource]}]
+		uid := owners[types.NamespacedName{Namespace: s.Namespace, Name: s.Labels[wellknown.LabelResource]}]
 		if !slicemeta.IsOwnedBy(s, uid) {
 			continue
 		}

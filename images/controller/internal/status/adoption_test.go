@@ -15,6 +15,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 )
 
 const testUID = types.UID("0b5e3f4c-uid")
@@ -58,38 +59,38 @@ func TestPortsWithoutReadyEndpoint(t *testing.T) {
 	}{
 		"no slices: every port waits": {swh: twoPorts, want: []string{"http", "metrics"}},
 		"one port with a ready endpoint": {
-			swh: twoPorts, slices: []discoveryv1.EndpointSlice{slice("http", testUID, slicemeta.ManagedBy, ready(true))}, want: []string{"metrics"},
+			swh: twoPorts, slices: []discoveryv1.EndpointSlice{slice("http", testUID, wellknown.ManagedBy, ready(true))}, want: []string{"metrics"},
 		},
 		"every port with a ready endpoint": {swh: twoPorts, slices: []discoveryv1.EndpointSlice{
-			slice("http", testUID, slicemeta.ManagedBy, ready(false), ready(true)), slice("metrics", testUID, slicemeta.ManagedBy, ready(true)),
+			slice("http", testUID, wellknown.ManagedBy, ready(false), ready(true)), slice("metrics", testUID, wellknown.ManagedBy, ready(true)),
 		}},
 		"a slice whose endpoints are all not ready does not count": {swh: twoPorts, slices: []discoveryv1.EndpointSlice{
-			slice("http", testUID, slicemeta.ManagedBy, ready(false)), slice("metrics", testUID, slicemeta.ManagedBy, ready(true)),
+			slice("http", testUID, wellknown.ManagedBy, ready(false)), slice("metrics", testUID, wellknown.ManagedBy, ready(true)),
 		}, want: []string{"http"}},
 		"an empty slice does not count": {swh: twoPorts, slices: []discoveryv1.EndpointSlice{
-			slice("http", testUID, slicemeta.ManagedBy), slice("metrics", testUID, slicemeta.ManagedBy, ready(true)),
+			slice("http", testUID, wellknown.ManagedBy), slice("metrics", testUID, wellknown.ManagedBy, ready(true)),
 		}, want: []string{"http"}},
 		"a missing ready condition counts as ready, as kube-proxy reads it": {swh: twoPorts, slices: []discoveryv1.EndpointSlice{
-			slice("http", testUID, slicemeta.ManagedBy, discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}}),
-			slice("metrics", testUID, slicemeta.ManagedBy, ready(true)),
+			slice("http", testUID, wellknown.ManagedBy, discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}}),
+			slice("metrics", testUID, wellknown.ManagedBy, ready(true)),
 		}},
 		"a ready endpoint in another node's slice of the port counts": {swh: twoPorts, slices: func() []discoveryv1.EndpointSlice {
-			other := slice("http", testUID, slicemeta.ManagedBy, ready(true))
+			other := slice("http", testUID, wellknown.ManagedBy, ready(true))
 			other.Name += "-n2"
-			return []discoveryv1.EndpointSlice{slice("http", testUID, slicemeta.ManagedBy, ready(false)), other, slice("metrics", testUID, slicemeta.ManagedBy, ready(true))}
+			return []discoveryv1.EndpointSlice{slice("http", testUID, wellknown.ManagedBy, ready(false)), other, slice("metrics", testUID, wellknown.ManagedBy, ready(true))}
 		}()},
 		"a slice of a deleted resource does not count": {swh: twoPorts, slices: []discoveryv1.EndpointSlice{
-			slice("http", "dead", slicemeta.ManagedBy, ready(true)), slice("metrics", testUID, slicemeta.ManagedBy, ready(true)),
+			slice("http", "dead", wellknown.ManagedBy, ready(true)), slice("metrics", testUID, wellknown.ManagedBy, ready(true)),
 		}, want: []string{"http"}},
 		"another controller's slice does not count": {swh: twoPorts, slices: []discoveryv1.EndpointSlice{
-			slice("http", testUID, "endpointslice-controller.k8s.io", ready(true)), slice("metrics", testUID, slicemeta.ManagedBy, ready(true)),
+			slice("http", testUID, "endpointslice-controller.k8s.io", ready(true)), slice("metrics", testUID, wellknown.ManagedBy, ready(true)),
 		}, want: []string{"http"}},
 		"a single unnamed port is named by its number": {
 			swh: adoptee(func(s *v1alpha1.ServiceWithHealthchecks) { s.Spec.Ports[0].Name = "" }), want: []string{"80"},
 		},
 		"a single unnamed port is covered by a slice with an empty port label": {
 			swh:    adoptee(func(s *v1alpha1.ServiceWithHealthchecks) { s.Spec.Ports[0].Name = "" }),
-			slices: []discoveryv1.EndpointSlice{slice("", testUID, slicemeta.ManagedBy, ready(true))},
+			slices: []discoveryv1.EndpointSlice{slice("", testUID, wellknown.ManagedBy, ready(true))},
 		},
 	}
 	for name, tc := range tests {

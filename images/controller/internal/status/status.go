@@ -19,6 +19,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 )
 
 // Reasons of the conditions computed here.
@@ -430,7 +431,7 @@ func agentsStale(a *Agents, sliceList []discoveryv1.EndpointSlice) metav1.Condit
 		return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonAgentsFresh,
 			Message: "no agent publishing endpoints of this resource looks stale"}
 	}
-	leases := "their Leases " + slicemeta.AgentLeasePrefix + "<node>"
+	leases := "their Leases " + wellknown.AgentLeasePrefix + "<node>"
 	if a.LeaseNamespace != "" {
 		leases += " in namespace " + a.LeaseNamespace
 	}
