@@ -257,15 +257,15 @@ func (s *Stack) Client() client.Client { return s.client }
 // Options are the options the stack runs with, defaults filled in.
 func (s *Stack) Options() Options { return s.opts }
 
-// Logs returns the last max bytes of every program's log, each under a header line.
-func (s *Stack) Logs(max int64) string {
+// Logs returns the last limit bytes of every program's log, each under a header line.
+func (s *Stack) Logs(limit int64) string {
 	if s.LogDir == "" {
 		return ""
 	}
 	files, _ := filepath.Glob(filepath.Join(s.LogDir, "*.log"))
 	var b strings.Builder
 	for _, f := range files {
-		fmt.Fprintf(&b, "===== %s =====\n%s\n", filepath.Base(f), process.Tail(f, max))
+		fmt.Fprintf(&b, "===== %s =====\n%s\n", filepath.Base(f), process.Tail(f, limit))
 	}
 	return b.String()
 }

@@ -36,10 +36,10 @@ func New(c client.Writer, m *metrics.Metrics, lm *metrics.Liveness) *Writer {
 type Precondition int
 
 const (
-	// SameVersion: the same object (UID) at the same resourceVersion; any change since the
+	// SameVersion is the same object (UID) at the same resourceVersion: any change since the
 	// decision makes the delete fail, and the change's own event brings the decision back.
 	SameVersion Precondition = iota
-	// SameObject: the same object (UID), whatever changed in it since.
+	// SameObject is the same object (UID), whatever changed in it since.
 	SameObject
 )
 
