@@ -40,6 +40,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/audit"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/childservice"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/index"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/liveness"
@@ -93,6 +94,10 @@ type Options struct {
 	// (controller-runtime's queue); different resources share only the informer caches, the
 	// metrics and the record of swept Services, all safe for concurrent use.
 	MaxConcurrentReconciles int
+	// SkipAudit turns off the audit of published endpoints (tests whose slices name no Pods);
+	// AuditWindow is its confirmation window (0: audit.DefaultWindow).
+	SkipAudit   bool
+	AuditWindow time.Duration
 
 	// onReconcile, when set (tests), is called as a reconcile starts; the function it returns
 	// is called as it ends.
@@ -156,6 +161,10 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, *metrics.Metrics, er
 	if err := setup(mgr, m, o, agents); err != nil {
 		return nil, nil, err
 	}
+	// The audit of published endpoints (development/CONTROLLER.md): leader-only, deletes forged slices.
+	if err := setupAudit(mgr, m, o); err != nil {
+		return nil, nil, err
+	}
 	if agents != nil {
 		// Liveness of the agents (development/LIVENESS.md): leader-only, withdraws stale nodes'
 		// endpoints and publishes its verdicts for the AgentsStale condition.
@@ -177,6 +186,14 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, *metrics.Metrics, er
 		return nil, nil, fmt.Errorf("adding the readiness check: %w", err)
 	}
 	return mgr, m, nil
+}
+
+// setupAudit registers the audit of published endpoints unless o.SkipAudit.
+func setupAudit(mgr ctrl.Manager, m *metrics.Metrics, o Options) error {
+	if o.SkipAudit {
+		return nil
+	}
+	return audit.Setup(mgr, m, mgr.GetEventRecorder(EventSource), o.AuditWindow, o.SkipNameValidation)
 }
 
 // newScheme knows the built-in types and the module's.
