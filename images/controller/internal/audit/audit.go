@@ -60,19 +60,32 @@ type Auditor struct {
 	confirm *confirmer
 }
 
-// Setup registers the audit with mgr: window 0 means DefaultWindow.
-func Setup(mgr ctrl.Manager, m *metrics.Metrics, recorder events.EventRecorder, window time.Duration, skipNameValidation bool) error {
-	if window <= 0 {
-		window = DefaultWindow
+// Config tunes the audit.
+type Config struct {
+	// Window is the confirmation window (0: DefaultWindow).
+	Window time.Duration
+	// Now is the clock (nil: time.Now; tests inject theirs).
+	Now func() time.Time
+	// SkipNameValidation lets one process run several managers (tests).
+	SkipNameValidation bool
+}
+
+// Setup registers the audit with mgr.
+func Setup(mgr ctrl.Manager, m *metrics.Metrics, recorder events.EventRecorder, cfg Config) error {
+	if cfg.Window <= 0 {
+		cfg.Window = DefaultWindow
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	a := &Auditor{
 		Client: mgr.GetClient(), Pods: mgr.GetAPIReader(), Deleter: ClientDeleter{Client: mgr.GetClient()},
-		Recorder: recorder, Metrics: m, Now: time.Now, confirm: newConfirmer(window),
+		Recorder: recorder, Metrics: m, Now: cfg.Now, confirm: newConfirmer(cfg.Window),
 	}
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("endpointsliceaudit").
 		For(&discoveryv1.EndpointSlice{}).
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(skipNameValidation)}).
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(cfg.SkipNameValidation)}).
 		Complete(a)
 	if err != nil {
 		return fmt.Errorf("creating the EndpointSlice audit: %w", err)

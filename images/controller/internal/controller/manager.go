@@ -102,6 +102,8 @@ type Options struct {
 	// onReconcile, when set (tests), is called as a reconcile starts; the function it returns
 	// is called as it ends.
 	onReconcile func() func()
+	// auditNow, when set (tests), is the clock of the audit's confirmation window.
+	auditNow func() time.Time
 }
 
 // NewManager creates a manager that runs the reconciler while it leads. It serves health on
@@ -193,7 +195,7 @@ func setupAudit(mgr ctrl.Manager, m *metrics.Metrics, o Options) error {
 	if o.SkipAudit {
 		return nil
 	}
-	return audit.Setup(mgr, m, mgr.GetEventRecorder(EventSource), o.AuditWindow, o.SkipNameValidation)
+	return audit.Setup(mgr, m, mgr.GetEventRecorder(EventSource), audit.Config{Window: o.AuditWindow, Now: o.auditNow, SkipNameValidation: o.SkipNameValidation})
 }
 
 // newScheme knows the built-in types and the module's.
