@@ -148,7 +148,9 @@ func TestForgedNotAPodWhoseIPChangedAndWasRepublishedWithinTheWindow(t *testing.
 
 	// The agent republishes within the window; then the window passes.
 	before = audited()
-	update(t, s, func(s *discoveryv1.EndpointSlice) { s.Endpoints = []discoveryv1.Endpoint{endpointOf(pod, "10.1.0.50", nodeName)} })
+	update(t, s, func(s *discoveryv1.EndpointSlice) {
+		s.Endpoints = []discoveryv1.Endpoint{endpointOf(pod, "10.1.0.50", nodeName)}
+	})
 	require.Eventually(t, func() bool { return audited() > before }, wait, tick, "the republished slice is audited")
 	clock.advance(10 * audit.DefaultWindow)
 	before = audited()
