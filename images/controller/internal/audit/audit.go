@@ -12,8 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -161,11 +161,9 @@ func (a *Auditor) apply(ctx context.Context, s *discoveryv1.EndpointSlice, node 
 	for _, f := range forged {
 		parts = append(parts, fmt.Sprintf("endpoint %s (pod %q): %s", f.Address, f.Pod, f.Reason))
 	}
-	regarding := runtime.Object(s)
+	var regarding runtime.Object = s
 	if ref, ok := slicemeta.ResourceRef(s.OwnerReferences); ok {
-		regarding = &v1alpha1.ServiceWithHealthchecks{}
-		swh := regarding.(*v1alpha1.ServiceWithHealthchecks)
-		swh.Namespace, swh.Name, swh.UID = s.Namespace, ref.Name, types.UID(ref.UID)
+		regarding = &v1alpha1.ServiceWithHealthchecks{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: ref.Name, UID: ref.UID}}
 	}
 	a.Recorder.Eventf(regarding, s, corev1.EventTypeWarning, EventForged, "DeleteForgedSlice",
 		"Deleted EndpointSlice %s published for node %q: %s", s.Name, node, strings.Join(parts, "; "))
