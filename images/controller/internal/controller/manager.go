@@ -40,6 +40,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/audit"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/childservice"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/index"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/liveness"
@@ -93,10 +94,16 @@ type Options struct {
 	// (controller-runtime's queue); different resources share only the informer caches, the
 	// metrics and the record of swept Services, all safe for concurrent use.
 	MaxConcurrentReconciles int
+	// SkipAudit turns off the audit of published endpoints (tests whose slices name no Pods);
+	// AuditWindow is its confirmation window (0: audit.DefaultWindow).
+	SkipAudit   bool
+	AuditWindow time.Duration
 
 	// onReconcile, when set (tests), is called as a reconcile starts; the function it returns
 	// is called as it ends.
 	onReconcile func() func()
+	// auditNow, when set (tests), is the clock of the audit's confirmation window.
+	auditNow func() time.Time
 }
 
 // NewManager creates a manager that runs the reconciler while it leads. It serves health on
@@ -163,6 +170,11 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, *metrics.Metrics, er
 	if err := setup(mgr, m, writer, o, agents); err != nil {
 		return nil, nil, err
 	}
+	// The audit of published endpoints (development/CONTROLLER.md): deletes forged slices
+	// through the one writer.
+	if err := setupAudit(mgr, m, writer, o); err != nil {
+		return nil, nil, err
+	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, nil, fmt.Errorf("adding the health check: %w", err)
 	}
@@ -177,6 +189,14 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, *metrics.Metrics, er
 		return nil, nil, fmt.Errorf("adding the readiness check: %w", err)
 	}
 	return mgr, m, nil
+}
+
+// setupAudit registers the audit of published endpoints unless o.SkipAudit.
+func setupAudit(mgr ctrl.Manager, m *metrics.Metrics, writer *slicewrite.Writer, o Options) error {
+	if o.SkipAudit {
+		return nil
+	}
+	return audit.Setup(mgr, m, mgr.GetEventRecorder(EventSource), audit.Config{Window: o.AuditWindow, Now: o.auditNow, SkipNameValidation: o.SkipNameValidation, Deleter: writer})
 }
 
 // newScheme knows the built-in types and the module's.

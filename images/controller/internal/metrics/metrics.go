@@ -77,6 +77,10 @@ type Metrics struct {
 	PortEndpoints *prometheus.GaugeVec
 	// Liveness are the metrics of the agents' liveness and of the withdrawals.
 	Liveness *Liveness
+	// AuditedSlices counts audits of this module's EndpointSlices (package audit).
+	AuditedSlices prometheus.Counter
+	// ForgedSlices counts EndpointSlices deleted because an endpoint failed the audit.
+	ForgedSlices prometheus.Counter
 
 	mu    sync.Mutex
 	ports map[types.NamespacedName][]string // port label values set per resource
@@ -131,12 +135,21 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: namespace, Name: "port_endpoints",
 			Help: "All endpoints (ready or not) of a Service port of a ServiceWithHealthchecks (status.ports totalEndpoints), by namespace, name and port.",
 		}, PortLabels),
+		AuditedSlices: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "audited_endpointslices_total",
+			Help: "Audits of this module's EndpointSlices against the Pods their endpoints name.",
+		}),
+		ForgedSlices: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "forged_endpointslices_total",
+			Help: "EndpointSlices of this module deleted because an endpoint does not match the Pod it names (no such Pod, another UID, IP or node, or a Pod the resource does not select).",
+		}),
 		ports: map[types.NamespacedName][]string{},
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{
 		m.Reconciles, m.ReconcileDuration, m.Errors, m.Conflicts, m.Adoptions,
 		m.GarbageCollectedSlices, m.ServiceWrites, m.BuiltinSlicesDeleted, m.StatusWrites, m.PortReadyEndpoints, m.PortEndpoints,
+		m.AuditedSlices, m.ForgedSlices,
 	} {
 		errs = append(errs, reg.Register(c))
 	}

@@ -80,6 +80,21 @@ func (w *Writer) DeleteGarbage(ctx context.Context, s *discoveryv1.EndpointSlice
 	return deleted, err
 }
 
+// DeleteForged deletes a slice the audit found forged, exactly as it was audited (SameVersion:
+// a slice rewritten since is audited again), counted in swh_controller_forged_endpointslices_total.
+func (w *Writer) DeleteForged(ctx context.Context, s *discoveryv1.EndpointSlice) (bool, error) {
+	deleted, err := w.DeleteWithPreconditions(ctx, s, SameVersion)
+	if m := w.metrics; m != nil {
+		switch {
+		case err != nil:
+			m.Errors.WithLabelValues(metrics.OpDeleteSlice).Inc()
+		case deleted:
+			m.ForgedSlices.Inc()
+		}
+	}
+	return deleted, err
+}
+
 // DeleteBuiltin deletes a built-in EndpointSlice of an adopted Service (SameObject: the
 // built-in controller may still have touched it, and it must go all the same), counted in
 // swh_controller_builtin_slices_deleted_total.

@@ -1,0 +1,163 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package audit
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
+)
+
+// EventForged is the reason of the Event recorded when a forged slice is deleted.
+const EventForged = "ForgedEndpointSlice"
+
+// SliceDeleter deletes a slice only if it is still the object read (UID and resourceVersion
+// preconditions): a slice rewritten or deleted since is audited again, not deleted blind
+// (deleted false, err nil). The program's one slice writer (package slicewrite) is it, and
+// counts the deletion.
+type SliceDeleter interface {
+	DeleteForged(ctx context.Context, s *discoveryv1.EndpointSlice) (deleted bool, err error)
+}
+
+// Auditor is the reconciler of this module's EndpointSlices.
+type Auditor struct {
+	// Client reads slices and resources from the manager's cache.
+	Client client.Reader
+	// Pods reads Pods uncached, from the API server (the re-read before deciding).
+	Pods client.Reader
+	// Deleter deletes forged slices.
+	Deleter SliceDeleter
+	// Recorder records the ForgedEndpointSlice Event.
+	Recorder events.EventRecorder
+	// Metrics counts audits and deletions.
+	Metrics *metrics.Metrics
+	// Now is the clock of the confirmation window.
+	Now func() time.Time
+
+	confirm *confirmer
+}
+
+// Config tunes the audit.
+type Config struct {
+	// Window is the confirmation window (0: DefaultWindow).
+	Window time.Duration
+	// Now is the clock (nil: time.Now; tests inject theirs).
+	Now func() time.Time
+	// SkipNameValidation lets one process run several managers (tests).
+	SkipNameValidation bool
+	// Deleter deletes forged slices: the program's slice writer.
+	Deleter SliceDeleter
+}
+
+// Setup registers the audit with mgr.
+func Setup(mgr ctrl.Manager, m *metrics.Metrics, recorder events.EventRecorder, cfg Config) error {
+	if cfg.Window <= 0 {
+		cfg.Window = DefaultWindow
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	a := &Auditor{
+		Client: mgr.GetClient(), Pods: mgr.GetAPIReader(), Deleter: cfg.Deleter,
+		Recorder: recorder, Metrics: m, Now: cfg.Now, confirm: newConfirmer(cfg.Window),
+	}
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named("endpointsliceaudit").
+		For(&discoveryv1.EndpointSlice{}).
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(cfg.SkipNameValidation)}).
+		Complete(a)
+	if err != nil {
+		return fmt.Errorf("creating the EndpointSlice audit: %w", err)
+	}
+	return nil
+}
+
+// Reconcile audits one slice: observe (slice and resource from the cache, Pods from the API
+// server), decide, and once a mismatch has lasted the window, apply.
+func (a *Auditor) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var s discoveryv1.EndpointSlice
+	if err := a.Client.Get(ctx, req.NamespacedName, &s); err != nil {
+		if apierrors.IsNotFound(err) {
+			a.confirm.forget(req.NamespacedName)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if !slicemeta.IsManaged(&s) || s.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil
+	}
+	in, audited, err := a.observe(ctx, &s)
+	if err != nil || !audited {
+		return ctrl.Result{}, err
+	}
+	a.Metrics.AuditedSlices.Inc()
+	confirmed, wait := a.confirm.observe(req.NamespacedName, s.UID, Decide(in), a.Now())
+	if len(confirmed) == 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	return ctrl.Result{}, a.apply(ctx, &s, in.Node, confirmed)
+}
+
+// observe reads what Decide needs. audited is false when the slice's resource is gone or is
+// not its owner: the garbage collector's case, not the audit's.
+func (a *Auditor) observe(ctx context.Context, s *discoveryv1.EndpointSlice) (Input, bool, error) {
+	var swh v1alpha1.ServiceWithHealthchecks
+	err := a.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: slicemeta.ResourceOf(s)}, &swh)
+	if apierrors.IsNotFound(err) || (err == nil && !slicemeta.IsOwnedBy(s, swh.UID)) {
+		return Input{}, false, nil
+	}
+	if err != nil {
+		return Input{}, false, fmt.Errorf("reading the resource of slice %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	in := Input{Namespace: s.Namespace, Node: slicemeta.NodeOf(s), Selector: swh.Spec.Selector, Endpoints: s.Endpoints, Pods: map[string]*corev1.Pod{}}
+	for _, name := range PodRefs(s.Namespace, s.Endpoints) {
+		var pod corev1.Pod
+		err := a.Pods.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, &pod)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return Input{}, false, fmt.Errorf("reading pod %s/%s: %w", s.Namespace, name, err)
+		default:
+			in.Pods[name] = &pod
+		}
+	}
+	return in, true, nil
+}
+
+// apply deletes the forged slice, then records the Event (on the slice's resource) and counts.
+// A slice rewritten or deleted meanwhile is left to its next audit.
+func (a *Auditor) apply(ctx context.Context, s *discoveryv1.EndpointSlice, node string, forged []Forged) error {
+	deleted, err := a.Deleter.DeleteForged(ctx, s)
+	if err != nil || !deleted {
+		return err
+	}
+	parts := make([]string, 0, len(forged))
+	for _, f := range forged {
+		parts = append(parts, fmt.Sprintf("endpoint %s (pod %q): %s", f.Address, f.Pod, f.Reason))
+	}
+	var regarding runtime.Object = s
+	if ref, ok := slicemeta.ResourceRef(s.OwnerReferences); ok {
+		regarding = &v1alpha1.ServiceWithHealthchecks{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: ref.Name, UID: ref.UID}}
+	}
+	a.Recorder.Eventf(regarding, s, corev1.EventTypeWarning, EventForged, "DeleteForgedSlice",
+		"Deleted EndpointSlice %s published for node %q: %s", s.Name, node, strings.Join(parts, "; "))
+	ctrl.LoggerFrom(ctx).Info("deleted a forged EndpointSlice", "slice", s.Name, "node", node, "endpoints", parts)
+	return nil
+}

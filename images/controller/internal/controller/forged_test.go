@@ -1,0 +1,171 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package controller
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/audit"
+)
+
+// runningPod creates a Pod bound to nodeName with the given labels and pod IP (no kubelet in
+// envtest: the status is written by the test).
+func runningPod(t *testing.T, ns, name, nodeName, ip string, podLabels map[string]string) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: podLabels},
+		Spec:       corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	create(t, pod)
+	setPodIP(t, pod, ip)
+	return pod
+}
+
+func setPodIP(t *testing.T, pod *corev1.Pod, ip string) {
+	t.Helper()
+	pod.Status.PodIP = ip
+	pod.Status.PodIPs = []corev1.PodIP{{IP: ip}}
+	require.NoError(t, env.Client.Status().Update(t.Context(), pod))
+}
+
+// endpointOf is an endpoint as the agent writes it: ready, serving, the Pod as its targetRef.
+func endpointOf(pod *corev1.Pod, addr, nodeName string) discoveryv1.Endpoint {
+	return discoveryv1.Endpoint{
+		Addresses:  []string{addr},
+		Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
+		NodeName:   ptr.To(nodeName),
+		TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+	}
+}
+
+func withEndpoints(eps ...discoveryv1.Endpoint) sliceOpt {
+	return func(s *discoveryv1.EndpointSlice) { s.Endpoints = eps }
+}
+
+func auditedResource(t *testing.T, ns string) *v1alpha1.ServiceWithHealthchecks {
+	t.Helper()
+	swh := newResource(ns, "web", nil)
+	create(t, swh)
+	return eventually(t, swh, func(c *assert.CollectT, swh *v1alpha1.ServiceWithHealthchecks) {
+		assert.NotEmpty(c, swh.Status.Conditions)
+	}, "the resource is reconciled")
+}
+
+func TestForgedEndpointSliceIsDeletedAndHonestOnesStay(t *testing.T) {
+	ns := env.CreateNamespaceForTest(t, "forged")
+	run := startController(t, ns, func(o *Options) { o.SkipAudit = false })
+	swh := auditedResource(t, ns)
+	nodeName := ns + "-node-a"
+	node(t, nodeName)
+	pod := runningPod(t, ns, "web-1", nodeName, "10.1.0.5", map[string]string{"app": "web"})
+	stranger := runningPod(t, ns, "db-1", nodeName, "10.1.0.6", map[string]string{"app": "db"})
+
+	honest := slice(t, ns, "web", swh.UID, "metrics", nodeName, withEndpoints(endpointOf(pod, "10.1.0.5", nodeName)))
+	require.Eventually(t, func() bool { return testutil.ToFloat64(run.metrics.AuditedSlices) >= 1 }, wait, tick,
+		"the honest slice is audited")
+
+	// Withdrawn endpoints (ready=false, serving=false) route nothing and are not audited: the
+	// controller's own withdrawal keeps such slices for a returning agent.
+	withdrawn := endpointOf(stranger, "10.9.9.8", nodeName)
+	withdrawn.Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(false)}
+	kept := slice(t, ns, "web", swh.UID, "metrics", nodeName, named("web-metrics-withdrawn"), withEndpoints(withdrawn))
+
+	cases := []struct {
+		name   string
+		forged discoveryv1.Endpoint
+		reason string
+	}{
+		{"ip", endpointOf(pod, "10.9.9.9", nodeName), "address 10.9.9.9 is not an IP of pod web-1"},
+		{"ghost", endpointOf(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nobody", UID: "u"}}, "10.9.9.7", nodeName), "pod nobody does not exist"},
+		{"stranger", endpointOf(stranger, "10.1.0.6", nodeName), "the resource does not select pod db-1"},
+	}
+	for i, tc := range cases {
+		start := time.Now()
+		forged := slice(t, ns, "web", swh.UID, "http", nodeName, named("web-forged-"+tc.name),
+			withEndpoints(endpointOf(pod, "10.1.0.5", nodeName), tc.forged))
+		gone(t, forged, "the forged slice is deleted")
+		t.Logf("forged slice %s (%s) removed %v after its write (confirmation window %v)", forged.Name, tc.reason, time.Since(start), audit.DefaultWindow)
+		assert.Equal(t, float64(i+1), testutil.ToFloat64(run.metrics.ForgedSlices))
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			var notes []string
+			for _, e := range eventsAbout(t, ns, "web", audit.EventForged) {
+				notes = append(notes, e.Note)
+			}
+			found := false
+			for _, n := range notes {
+				found = found || (strings.Contains(n, forged.Name) && strings.Contains(n, nodeName) && strings.Contains(n, tc.reason))
+			}
+			assert.True(c, found, "an Event names the slice, node and endpoint: %q", notes)
+		}, wait, tick)
+	}
+
+	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(honest), honest), "the honest slice stays")
+	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(kept), kept), "the withdrawn slice stays")
+}
+
+// fakeClock is the audit's injected clock.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+func (c *fakeClock) advance(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.now = c.now.Add(d) }
+
+func TestForgedNotAPodWhoseIPChangedAndWasRepublishedWithinTheWindow(t *testing.T) {
+	ns := env.CreateNamespaceForTest(t, "forged-race")
+	clock := &fakeClock{now: time.Now()}
+	run := startController(t, ns, func(o *Options) { o.SkipAudit = false; o.auditNow = clock.Now })
+	swh := auditedResource(t, ns)
+	nodeName := ns + "-node-a"
+	node(t, nodeName)
+	pod := runningPod(t, ns, "web-1", nodeName, "10.1.0.5", map[string]string{"app": "web"})
+	s := slice(t, ns, "web", swh.UID, "http", nodeName, withEndpoints(endpointOf(pod, "10.1.0.5", nodeName)))
+	audited := func() float64 { return testutil.ToFloat64(run.metrics.AuditedSlices) }
+	require.Eventually(t, func() bool { return audited() >= 1 }, wait, tick, "the slice is audited")
+
+	// The Pod's IP changes just after the agent wrote; the audit sees the mismatch (a touch of
+	// the slice makes it look again).
+	setPodIP(t, pod, "10.1.0.50")
+	before := audited()
+	update(t, s, func(s *discoveryv1.EndpointSlice) { s.Annotations["touch"] = "1" })
+	require.Eventually(t, func() bool { return audited() > before }, wait, tick, "the mismatch is audited")
+
+	// The agent republishes within the window; then the window passes.
+	before = audited()
+	update(t, s, func(s *discoveryv1.EndpointSlice) {
+		s.Endpoints = []discoveryv1.Endpoint{endpointOf(pod, "10.1.0.50", nodeName)}
+	})
+	require.Eventually(t, func() bool { return audited() > before }, wait, tick, "the republished slice is audited")
+	clock.advance(10 * audit.DefaultWindow)
+	before = audited()
+	update(t, s, func(s *discoveryv1.EndpointSlice) { s.Annotations["touch"] = "2" })
+	require.Eventually(t, func() bool { return audited() > before }, wait, tick, "the slice is audited after the window")
+
+	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(s), s), "the republished slice stays")
+	assert.Zero(t, testutil.ToFloat64(run.metrics.ForgedSlices))
+
+	// Had the agent not republished, the same mismatch is a forgery once the window has passed.
+	setPodIP(t, pod, "10.1.0.51")
+	update(t, s, func(s *discoveryv1.EndpointSlice) { s.Annotations["touch"] = "3" })
+	require.Eventually(t, func() bool { return audited() > before+1 }, wait, tick, "the new mismatch is audited")
+	clock.advance(10 * audit.DefaultWindow)
+	update(t, s, func(s *discoveryv1.EndpointSlice) { s.Annotations["touch"] = "4" })
+	gone(t, s, "a mismatch that outlasts the window is a forgery")
+	assert.Equal(t, float64(1), testutil.ToFloat64(run.metrics.ForgedSlices))
+}
