@@ -65,6 +65,10 @@ lint: ## Run golangci-lint on every module, check the license headers, and run d
 build: ## Build the programs and the hooks binary as static binaries into bin/ (the script werf runs).
 	hack/build-images.sh --out bin
 
+.PHONY: release
+release: ## Cut a release: make release VERSION=x.y.z [TAG=1] (clean tree, CHANGELOG.md's Unreleased becomes vx.y.z; development/RELEASING.md).
+	@hack/release.sh $(if $(TAG),--tag) "$(VERSION)"
+
 .PHONY: test
 test: deps test-tools ## Run every test of every module (real API server, real servers); builds what it needs first.
 	@GO_TEST_FLAGS="$(GO_TEST_FLAGS)" MODULES="$(MODULES)" STANDALONE="$(STANDALONE)" hack/test.sh

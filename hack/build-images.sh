@@ -9,6 +9,11 @@
 #
 # Without names it builds every program. A program whose main package does not exist yet is
 # skipped with a message (so the bundle builds while programs are being written).
+#
+# The controller and the agent are stamped with -ldflags -X (lib/version; --version, *_build_info):
+# the version is $SWH_VERSION, else Chart.yaml's appVersion (the newest release recorded in
+# CHANGELOG.md), else "dev"; the revision is $SWH_REVISION, else the git commit of the checkout,
+# else "unknown" (development/RELEASING.md).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,6 +39,16 @@ module_of() {
 	esac
 }
 
+version=${SWH_VERSION:-}
+if [[ -z $version && -f "$root/Chart.yaml" ]]; then
+	version=$(sed -n 's/^appVersion:[[:space:]]*"\{0,1\}\([^"[:space:]]*\)"\{0,1\}[[:space:]]*$/\1/p' "$root/Chart.yaml")
+fi
+version=${version:-dev}
+revision=${SWH_REVISION:-$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || true)}
+revision=${revision:-unknown}
+stamp="-X github.com/deckhouse/service-with-healthchecks/lib/version.Version=$version"
+stamp+=" -X github.com/deckhouse/service-with-healthchecks/lib/version.Revision=$revision"
+
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 for name in "${names[@]}"; do
@@ -42,6 +57,6 @@ for name in "${names[@]}"; do
 		echo "build-images: skipping $name: $dir/${pkg#./} has no Go files yet" >&2
 		continue
 	fi
-	echo "build-images: $name -> $out/$name" >&2
-	(cd "$root/$dir" && GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$out/$name" "$pkg")
+	echo "build-images: $name $version ($revision) -> $out/$name" >&2
+	(cd "$root/$dir" && GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags="-s -w $stamp" -o "$out/$name" "$pkg")
 done

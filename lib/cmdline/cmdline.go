@@ -7,7 +7,7 @@
 // --health-probe-bind-address, --log-level) with their checks, the logger and the API server
 // configuration those flags describe, and the exit codes:
 //
-//   - 0: the program ran and stopped cleanly, or --help was printed (on stdout);
+//   - 0: the program ran and stopped cleanly, or --help or --version was printed (on stdout);
 //   - 2: a usage error (a bad flag, a bad value, a missing required value, a stray argument):
 //     one line "<program>: <reason> (see --help)" on stderr;
 //   - 1: a failure after the command line was accepted: one line "<program>: <reason>".
@@ -20,6 +20,8 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+
+	"github.com/deckhouse/service-with-healthchecks/lib/version"
 )
 
 // Exit codes of the programs.
@@ -35,6 +37,10 @@ const (
 // ErrHelp is returned by Program.Parse when --help (or -h) was asked for and the help was
 // written; the program then stops with ExitOK.
 var ErrHelp = errors.New("help requested")
+
+// ErrVersion is returned by Program.Parse when --version was asked for and the version line
+// (version.Line) was written; the program then stops with ExitOK.
+var ErrVersion = errors.New("version requested")
 
 // UsageError is a bad command line: the program stops with ExitUsage.
 type UsageError struct {
@@ -72,7 +78,8 @@ type Program struct {
 	// Flags are the program's flags; the program adds its own and the shared ones before Parse.
 	Flags *pflag.FlagSet
 
-	help bool
+	help        bool
+	showVersion bool
 }
 
 // New returns the command line of the program name, with --help defined.
@@ -82,11 +89,13 @@ func New(name, synopsis string) *Program {
 	p.Flags.SetOutput(io.Discard)
 	p.Flags.Usage = func() {}
 	p.Flags.BoolVar(&p.help, "help", false, "Print this help (every flag and its default) on stdout and exit.")
+	p.Flags.BoolVar(&p.showVersion, "version", false, "Print the version, the git revision and the Go version on stdout and exit.")
 	return p
 }
 
 // Parse parses args (without the program's name). On --help it writes the help to stdout and
-// returns ErrHelp. Every other problem, a stray argument included, is a *UsageError on one line.
+// returns ErrHelp; on --version, the version line and ErrVersion (--help wins over --version).
+// Every other problem, a stray argument included, is a *UsageError on one line.
 func (p *Program) Parse(args []string, stdout io.Writer) error {
 	err := p.Flags.Parse(args)
 	if errors.Is(err, pflag.ErrHelp) || (err == nil && p.help) {
@@ -97,6 +106,12 @@ func (p *Program) Parse(args []string, stdout io.Writer) error {
 	}
 	if err != nil {
 		return Usage(err)
+	}
+	if p.showVersion {
+		if _, werr := io.WriteString(stdout, version.Line(p.Name)); werr != nil {
+			return fmt.Errorf("writing the version: %w", werr)
+		}
+		return ErrVersion
 	}
 	if p.Flags.NArg() > 0 {
 		return Usagef("unexpected argument %q: %s takes flags only", p.Flags.Arg(0), p.Name)
@@ -110,11 +125,11 @@ func (p *Program) Help() string {
 }
 
 // Report writes what ended the program to stderr, in one line, and returns the program's exit
-// code: ExitOK for nil and ErrHelp (nothing is written), ExitUsage for a usage error
+// code: ExitOK for nil, ErrHelp and ErrVersion (nothing is written), ExitUsage for a usage error
 // ("<name>: <reason> (see --help)"), ExitFailure for any other error ("<name>: <reason>").
 func Report(stderr io.Writer, name string, err error) int {
 	switch {
-	case err == nil, errors.Is(err, ErrHelp):
+	case err == nil, errors.Is(err, ErrHelp), errors.Is(err, ErrVersion):
 		return ExitOK
 	case isUsage(err):
 		_, _ = fmt.Fprintf(stderr, "%s: %s (see --help)\n", name, oneLine(err.Error()))

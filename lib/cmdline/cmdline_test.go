@@ -14,6 +14,8 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/deckhouse/service-with-healthchecks/lib/version"
 )
 
 func TestReport(t *testing.T) {
@@ -22,8 +24,9 @@ func TestReport(t *testing.T) {
 		wantCode int
 		wantErr  string
 	}{
-		"a clean stop prints nothing and exits 0":   {err: nil, wantCode: ExitOK},
-		"help exits 0 and prints nothing on stderr": {err: ErrHelp, wantCode: ExitOK},
+		"a clean stop prints nothing and exits 0":      {err: nil, wantCode: ExitOK},
+		"help exits 0 and prints nothing on stderr":    {err: ErrHelp, wantCode: ExitOK},
+		"version exits 0 and prints nothing on stderr": {err: ErrVersion, wantCode: ExitOK},
 		"a usage error exits 2 and points to --help": {
 			err: Usagef("--x %q: must be positive", "0"), wantCode: ExitUsage, wantErr: "prog: --x \"0\": must be positive (see --help)\n",
 		},
@@ -120,6 +123,42 @@ func TestParse(t *testing.T) {
 	}
 }
 
+func TestVersionPrintsTheLineAndStops(t *testing.T) {
+	for name, tc := range map[string]struct {
+		args    []string
+		wantErr error
+		wantOut string
+	}{
+		"--version prints the version line":                  {args: []string{"--version"}, wantErr: ErrVersion, wantOut: version.Line("prog")},
+		"--version stops before the flags' checks":           {args: []string{"--version", "--log-level=debug"}, wantErr: ErrVersion, wantOut: version.Line("prog")},
+		"--help wins over --version":                         {args: []string{"--version", "--help"}, wantErr: ErrHelp},
+		"--version=false runs the program":                   {args: []string{"--version=false"}},
+		"a bad flag beside --version is still a usage error": {args: []string{"--version", "--frobnicate"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p, _, _ := testProgram(nil)
+			var stdout bytes.Buffer
+			err := p.Parse(tc.args, &stdout)
+			switch {
+			case tc.wantErr != nil:
+				require.ErrorIs(t, err, tc.wantErr)
+			case strings.Contains(name, "usage"):
+				var usage *UsageError
+				require.ErrorAs(t, err, &usage)
+			default:
+				require.NoError(t, err)
+			}
+			if tc.wantOut != "" {
+				assert.Equal(t, tc.wantOut, stdout.String())
+				assert.Contains(t, stdout.String(), "prog "+version.Version+" (revision "+version.Revision+", go")
+			}
+			if tc.wantErr == nil {
+				assert.Empty(t, stdout.String())
+			}
+		})
+	}
+}
+
 func TestHelpListsEveryFlagWithItsDefault(t *testing.T) {
 	for _, arg := range []string{"--help", "-h", "--help=true"} {
 		t.Run(arg, func(t *testing.T) {
@@ -138,7 +177,7 @@ func TestHelpListsEveryFlagWithItsDefault(t *testing.T) {
 					assert.Contains(t, line, "(default "+quoteDefault(f)+")", "--%s shows its default", f.Name)
 				}
 			})
-			assert.Equal(t, 8, n, "the six shared flags, the program's own and --help")
+			assert.Equal(t, 9, n, "the six shared flags, the program's own, --help and --version")
 		})
 	}
 }

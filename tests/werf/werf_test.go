@@ -209,7 +209,7 @@ func TestTheBundleAndReleaseImagesCarryWhatDeckhouseReads(t *testing.T) {
 	assert.Equal(t, []string{"version.json"}, strs(relImports[0]["includePaths"]))
 	relGit := maps(rel["git"])
 	require.Len(t, relGit, 1)
-	assert.Equal(t, []string{"module.yaml"}, strs(relGit[0]["includePaths"]), "the release image carries module.yaml for its requirements")
+	assert.Equal(t, []string{"module.yaml", "changelog.yaml"}, strs(relGit[0]["includePaths"]), "the release image carries module.yaml for its requirements and changelog.yaml for the ModuleRelease")
 }
 
 // TestTheBundleIsAWholeChartFromItsIncludePaths copies only what the bundle image takes from git

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -98,11 +99,21 @@ func TestHelpListsEveryFlagOnStdout(t *testing.T) {
 		"--kube-api-burst":            "(default 40)",
 		"--log-level":                 "(default info)",
 		"--help":                      "Print this help",
+		"--version":                   "Print the version",
 	}
 	for flag, text := range want {
 		assert.Contains(t, listed[flag], text, "--help documents %s", flag)
 	}
 	assert.Len(t, listed, len(want), "no flag is left out of the test: %v", listed)
+}
+
+func TestVersion(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	cmd := programCmd(t, []string{"NODE_NAME="}, "--version")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "--version exits 0, even without a node name")
+	assert.Empty(t, stderr.String())
+	assert.Equal(t, "agent dev (revision unknown, "+runtime.Version()+")\n", stdout.String(), "a build without -ldflags is dev")
 }
 
 func TestParse(t *testing.T) {

@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/deckhouse/service-with-healthchecks/lib/version"
 )
 
 // Label values of the outcome label.
@@ -197,6 +199,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.ProbeDuration, m.ProbeResults, m.ProbeTransitions, m.SchedulingLag, m.LateRuns,
 			m.Targets, m.Endpoints, m.SliceWrites, m.SliceWriteErrors, m.SliceConflicts, m.PortTransitions, m.TransitionEvents, m.CredentialProblems,
 			m.LeaseLastRenew, m.LeaseRenewErrors)
+	}
+	// The build: swh_agent_build_info (development/RELEASING.md).
+	if reg != nil {
+		reg.MustRegister(version.BuildInfo("swh_agent_build_info"))
 	}
 	return m
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -79,6 +80,15 @@ func TestHelp(t *testing.T) {
 	}
 }
 
+func TestVersion(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	cmd := program(t, "--version", "--metrics-bind-address=0.0.0.0:1")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "--version exits 0 before the flags are checked")
+	assert.Empty(t, stderr.String())
+	assert.Equal(t, "controller dev (revision unknown, "+runtime.Version()+")\n", stdout.String(), "a build without -ldflags is dev")
+}
+
 func freePort(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -142,6 +152,7 @@ func TestTheProgramServesAndReconciles(t *testing.T) {
 		body := get(c, "http://"+metricsAddr+"/metrics")
 		assert.Contains(c, body, `swh_controller_reconciles_total{result="success"}`)
 		assert.Contains(c, body, "swh_controller_reconcile_duration_seconds")
+		assert.Contains(c, body, `swh_controller_build_info{goversion="`+runtime.Version()+`",revision="unknown",version="dev"} 1`)
 	}, 30*time.Second, 100*time.Millisecond, "metrics are served")
 
 	var lease coordinationv1.Lease

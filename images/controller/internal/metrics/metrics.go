@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/lib/version"
 )
 
 const namespace = "swh_controller"
@@ -153,6 +154,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	} {
 		errs = append(errs, reg.Register(c))
 	}
+	// The build: swh_controller_build_info (development/RELEASING.md).
+	errs = append(errs, reg.Register(version.BuildInfo(namespace+"_build_info")))
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("registering controller metrics: %w", err)
 	}
