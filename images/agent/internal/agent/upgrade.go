@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -32,12 +33,15 @@ func unlabelled() labels.Selector {
 // labelOwnSlices gives this node's slices that lack the node key label the label, retrying
 // until it succeeds or ctx ends (an agent that cannot reach the API server cannot publish
 // anyway). A slice that changed meanwhile is left to the publisher, which takes over a slice of
-// its own that it finds in its way.
+// its own that it finds in its way. A slice the API server refuses to change (Forbidden or
+// Invalid: the slice policy refuses what no honest agent writes, e.g. a legacy slice for
+// default/kubernetes) is skipped with a log line: retrying cannot change the answer, and it must
+// not keep the agent from starting.
 func labelOwnSlices(ctx context.Context, p *publisher.Publisher, node string, log logr.Logger) error {
 	var labelled int
 	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Cap: 30 * time.Second, Steps: 1 << 30},
 		func(ctx context.Context) (bool, error) {
-			n, err := labelOnce(ctx, p, node)
+			n, err := labelOnce(ctx, p, node, log)
 			labelled += n
 			if err != nil {
 				log.Error(err, "labelling this node's slices with their node key; trying again")
@@ -55,8 +59,9 @@ func labelOwnSlices(ctx context.Context, p *publisher.Publisher, node string, lo
 }
 
 // labelOnce lists the unlabelled slices page by page, straight from the API server (the cache
-// holds only labelled ones), and has the publisher label this node's.
-func labelOnce(ctx context.Context, p *publisher.Publisher, node string) (int, error) {
+// holds only labelled ones), and has the publisher label this node's; it skips a slice whose
+// change the API server refuses (Forbidden, Invalid).
+func labelOnce(ctx context.Context, p *publisher.Publisher, node string, log logr.Logger) (int, error) {
 	n := 0
 	opts := []client.ListOption{client.MatchingLabelsSelector{Selector: unlabelled()}, client.Limit(500)}
 	for {
@@ -70,6 +75,11 @@ func labelOnce(ctx context.Context, p *publisher.Publisher, node string) (int, e
 				continue
 			}
 			wrote, err := p.LabelNodeKey(ctx, s, node)
+			if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+				log.Info("the API server refuses to label this slice with its node key; skipping it",
+					"slice", client.ObjectKeyFromObject(s).String(), "reason", err.Error())
+				continue
+			}
 			if err != nil {
 				return n, err
 			}

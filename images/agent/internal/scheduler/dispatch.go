@@ -81,7 +81,8 @@ func (s *Scheduler) dispatch(ctx context.Context, work chan<- *entry) {
 }
 
 // nextLocked takes the due run that a free worker runs next (pick), or nil when none may start.
-// It only gathers the candidates: who goes first is fair.go's alone (namespaceCap and pick).
+// It only gathers the candidates: who goes first is fair.go's alone (namespaceCap, reserveFor
+// and pick).
 func (s *Scheduler) nextLocked() *entry {
 	if len(s.waiting) == 0 {
 		return nil
@@ -92,7 +93,7 @@ func (s *Scheduler) nextLocked() *entry {
 			Namespace: r.name.Namespace, NamespaceRunning: r.ns.running, ResourceRunning: r.running, Due: r.queue[0].e.due,
 		})
 	}
-	i := pick(s.cands, namespaceCap(s.opts.Workers, s.withTargets))
+	i := pick(s.cands, namespaceCap(s.opts.Workers, s.withTargets), s.opts.Workers-s.running, reserveFor(s.opts.Workers))
 	if i < 0 {
 		return nil
 	}

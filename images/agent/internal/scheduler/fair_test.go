@@ -80,7 +80,79 @@ func TestPickSharesTheWorkersAcrossNamespacesThenResources(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			assert.Equal(t, tc.want, pick(tc.cands, tc.cap))
+			// Plenty of free workers and no reserve: only the cap and the order decide.
+			assert.Equal(t, tc.want, pick(tc.cands, tc.cap, 64, 0))
+		})
+	}
+}
+
+func TestReserveIsAnEighthOfThePoolAndNoneForOneWorker(t *testing.T) {
+	tests := map[string]struct{ workers, want int }{
+		"the default pool of 64 keeps 8":                 {64, 8},
+		"16 workers keep 2":                              {16, 2},
+		"the division rounds down":                       {20, 2},
+		"a small pool keeps at least one":                {2, 1},
+		"seven workers keep one":                         {7, 1},
+		"one worker is the whole pool: no reserve":       {1, 0},
+		"no worker (never configured so) has no reserve": {0, 0},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			assert.Equal(t, tc.want, reserveFor(tc.workers))
+		})
+	}
+}
+
+// A namespace with runs in flight may not take the reserved workers, a namespace with none may:
+// whatever one namespace holds, another's first run starts at once.
+func TestPickKeepsTheReserveForNamespacesWithNoRunInFlight(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	hog := func(running int, due time.Time) candidate {
+		return candidate{Namespace: "hog", NamespaceRunning: running, ResourceRunning: running, Due: due}
+	}
+	tests := map[string]struct {
+		cands               []candidate
+		nsCap, free, reserv int
+		want                int
+	}{
+		"a namespace alone with runs in flight cannot take the reserve": {[]candidate{
+			hog(56, at(0)),
+		}, 64, 8, 8, -1},
+		"nor the last reserved worker": {[]candidate{
+			hog(63, at(0)),
+		}, 64, 1, 8, -1},
+		"it takes the workers beyond the reserve": {[]candidate{
+			hog(55, at(0)),
+		}, 64, 9, 8, 0},
+		"a namespace alone and with nothing in flight takes any worker": {[]candidate{
+			hog(0, at(0)),
+		}, 64, 1, 8, 0},
+		"an arriving namespace takes a reserved worker, though the hog waited longer": {[]candidate{
+			hog(56, at(0)), {Namespace: "new", Due: at(50)},
+		}, 64, 8, 8, 1},
+		"an arriving namespace takes the last free worker": {[]candidate{
+			hog(63, at(0)), {Namespace: "new", Due: at(50)},
+		}, 64, 1, 8, 1},
+		"many arriving namespaces: the one that has waited longest first": {[]candidate{
+			hog(56, at(0)), {Namespace: "b", Due: at(30)}, {Namespace: "c", Due: at(10)}, {Namespace: "d", Due: at(20)},
+		}, 16, 3, 8, 2},
+		"an arrived namespace with a run in flight no longer takes the reserve": {[]candidate{
+			hog(56, at(0)), {Namespace: "b", NamespaceRunning: 1, ResourceRunning: 1, Due: at(30)},
+		}, 16, 7, 8, -1},
+		"beyond the reserve the fewest in flight goes first again": {[]candidate{
+			hog(40, at(0)), {Namespace: "b", NamespaceRunning: 1, ResourceRunning: 1, Due: at(30)},
+		}, 32, 20, 8, 1},
+		"no free worker starts nothing": {[]candidate{
+			{Namespace: "new", Due: at(0)},
+		}, 64, 0, 8, -1},
+		"one worker, no reserve: whoever waits longest runs when it is free": {[]candidate{
+			hog(0, at(0)), {Namespace: "new", Due: at(50)},
+		}, 1, 1, 0, 0},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			assert.Equal(t, tc.want, pick(tc.cands, tc.nsCap, tc.free, tc.reserv))
 		})
 	}
 }
@@ -109,7 +181,8 @@ func (p *peak) leave() { p.now.Add(-1) }
 
 // A namespace whose probes hang holds at most its share of the pool (4 workers, 2 namespaces
 // with targets: 2), and the other namespace's probe keeps running on the workers left free.
-// Once it is the only namespace with targets, the same namespace uses the whole pool.
+// Once it is the only namespace with targets, the same namespace uses the whole pool but its
+// reserve (reserveFor: 1 of 4).
 func TestAHangingNamespaceHoldsAtMostItsShareAndTheOthersKeepRunning(t *testing.T) {
 	var hanging peak
 	var calmRuns atomic.Int32
@@ -145,8 +218,9 @@ func TestAHangingNamespaceHoldsAtMostItsShareAndTheOthersKeepRunning(t *testing.
 	assert.Equal(t, int32(2), hanging.max.Load(), "and never had more")
 
 	s.Set(calm, nil)
-	require.Eventually(t, func() bool { return hanging.now.Load() == 4 }, 10*time.Second, 5*time.Millisecond,
-		"alone, the namespace may use every worker")
+	require.Eventually(t, func() bool { return hanging.now.Load() == 3 }, 10*time.Second, 5*time.Millisecond,
+		"alone, the namespace may use every worker but the reserve")
+	assert.Equal(t, int32(3), hanging.max.Load(), "and never more")
 }
 
 // The agent's own lateness decides nothing: a probe that waits for a worker longer than its

@@ -29,7 +29,8 @@ import (
 // Options configure a Scheduler.
 type Options struct {
 	// Workers bounds how many probes run at once (default 16). One namespace may have at most
-	// Workers divided by the namespaces with targets in flight, never less than one.
+	// Workers divided by the namespaces with targets in flight, never less than one, and one
+	// with runs in flight never takes the reserve (reserveFor) kept for the others.
 	Workers int
 	Runner  Runner
 	// OnChange is called, from a worker, when a target's result changes. It must not block.
@@ -185,6 +186,14 @@ func (s *Scheduler) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.targets)
+}
+
+// InFlight is how many runs are in flight, and Waiting how many resources have a due run that
+// waits for a worker (what pick may not start yet).
+func (s *Scheduler) InFlight() (running, waiting int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running, len(s.waiting)
 }
 
 // Start runs the dispatcher and the workers until ctx ends, then waits for every run to stop

@@ -183,7 +183,9 @@ func TestASlowTargetDoesNotDelayTheOthers(t *testing.T) {
 	slowStarted := make(chan struct{})
 	var fastRuns atomic.Int32
 	s, _ := harness(t, Options{
-		Workers: 2,
+		// One worker for the slow run, one for the fast, and one reserved for namespaces with
+		// no run in flight (reserveFor), which this namespace may not take.
+		Workers: 3,
 		Runner: RunnerFunc(func(ctx context.Context, tg Target) Outcome {
 			if tg.PodName == "slow" {
 				close(slowStarted)
@@ -229,11 +231,16 @@ func TestConcurrencyIsBoundedByTheWorkers(t *testing.T) {
 		}),
 		MaxStartSpread: time.Millisecond,
 	})
-	var ts []Target
-	for i := range 30 {
-		ts = append(ts, target(fmt.Sprintf("p%d", i), 0, 20*time.Millisecond, 1, 3))
+	// Three namespaces: one namespace alone never takes the worker reserved for the others
+	// (reserveFor), so the full pool is used only when several namespaces have runs due.
+	for n := range 3 {
+		ns := fmt.Sprintf("ns%d", n)
+		var ts []Target
+		for i := range 10 {
+			ts = append(ts, nsTarget(ns, "web", fmt.Sprintf("p%d", n*10+i), 20*time.Millisecond))
+		}
+		s.Set(types.NamespacedName{Namespace: ns, Name: "web"}, ts)
 	}
-	s.Set(res, ts)
 	require.Eventually(t, func() bool {
 		n := 0
 		ranPods.Range(func(any, any) bool { n++; return true })
