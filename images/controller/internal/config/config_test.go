@@ -149,7 +149,8 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 		n++
 		assert.Greater(t, len(line), len(name)+30, "--help explains %s: %q", name, line)
 	}
-	assert.Equal(t, 12, n, "the shared flags, the five of the controller and --help")
+	assert.Equal(t, 13, n, "the shared flags, the five of the controller, --help and --version")
+	assert.Contains(t, listed, "--version", "--help lists --version")
 	assert.Contains(t, listed["--metrics-bind-address"], `(default "127.0.0.1:8080")`)
 	assert.Contains(t, listed["--health-probe-bind-address"], `(default ":8081")`)
 	assert.Contains(t, listed["--leader-elect"], "(default true)")
