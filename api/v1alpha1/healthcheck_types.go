@@ -1,0 +1,222 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// The healthcheck section of a ServiceWithHealthchecks: its probes, one section per mode.
+
+// ProbeMode names the kind of check a probe performs.
+// +kubebuilder:validation:Enum=HTTP;TCP;PostgreSQL
+type ProbeMode string
+
+// The probe modes.
+const (
+	ProbeModeHTTP       ProbeMode = "HTTP"
+	ProbeModeTCP        ProbeMode = "TCP"
+	ProbeModePostgreSQL ProbeMode = "PostgreSQL"
+)
+
+// Healthcheck holds the probes and their schedule.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.probes) || self.probes.all(p, self.periodSeconds * (p.successThreshold > p.failureThreshold ? p.successThreshold : p.failureThreshold) <= 3600)",message="a probe must be able to change its verdict within an hour: healthcheck.periodSeconds × the larger of its successThreshold and failureThreshold must be at most 3600 seconds; lower periodSeconds or the thresholds"
+type Healthcheck struct {
+	// InitialDelaySeconds after the pod starts before its first probe.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3600
+	InitialDelaySeconds int32 `json:"initialDelaySeconds"`
+
+	// PeriodSeconds between two runs of a probe.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	PeriodSeconds int32 `json:"periodSeconds"`
+
+	// Probes, grouped by the port they check: a probe whose targetPort is the target port of a
+	// Service port checks that port; any other targetPort checks the pod as a whole.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Probes []Probe `json:"probes,omitempty"`
+}
+
+// Probe is one active check of a pod.
+//
+// +kubebuilder:validation:XValidation:rule="self.mode != 'TCP' || (has(self.tcp) && !has(self.http) && !has(self.postgreSQL))",message="a probe with mode: TCP must set tcp: {targetPort: ...} and neither http nor postgreSQL"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'HTTP' || (has(self.http) && !has(self.tcp) && !has(self.postgreSQL))",message="a probe with mode: HTTP must set http: {targetPort: ...} and neither tcp nor postgreSQL"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'PostgreSQL' || (has(self.postgreSQL) && !has(self.tcp) && !has(self.http))",message="a probe with mode: PostgreSQL must set postgreSQL: {targetPort: ...} and neither tcp nor http"
+type Probe struct {
+	// Mode of the probe: HTTP, TCP or PostgreSQL. The block of the same name holds its settings.
+	// +required
+	Mode ProbeMode `json:"mode"`
+
+	// TimeoutSeconds is the hard deadline of one run.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=300
+	TimeoutSeconds int32 `json:"timeoutSeconds"`
+
+	// SuccessThreshold is how many consecutive passes make a failing target pass.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	SuccessThreshold int32 `json:"successThreshold"`
+
+	// FailureThreshold is how many consecutive failures make a passing target fail.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	FailureThreshold int32 `json:"failureThreshold"`
+
+	// TCP opens a connection and closes it at once; it sends nothing.
+	// +optional
+	TCP *TCPProbe `json:"tcp,omitempty"`
+
+	// HTTP sends one request and checks the status code.
+	// +optional
+	HTTP *HTTPProbe `json:"http,omitempty"`
+
+	// PostgreSQL runs a read-only query; see the query field for what passes.
+	// +optional
+	PostgreSQL *PostgreSQLProbe `json:"postgreSQL,omitempty"`
+}
+
+// TCPProbe connects to a port of the pod.
+type TCPProbe struct {
+	// TargetPort on the pod: a number, or the name of a container port.
+	// +required
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (size(self) <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a port number from 1 to 65535 or a container port name (lowercase letters, digits and '-', at most 15 characters, with at least one letter)"
+	TargetPort intstr.IntOrString `json:"targetPort"`
+}
+
+// HTTPHeader is a header sent with an HTTP probe.
+type HTTPHeader struct {
+	// Name of the header (an HTTP token).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[-!#$%&\\'*+.^_`|~0-9A-Za-z]+$')",message="header name must be an HTTP token: letters, digits and !#$%&'*+-.^_`|~, no spaces or colons"
+	Name string `json:"name"`
+
+	// Value of the header.
+	// +required
+	// +kubebuilder:validation:MaxLength=4096
+	Value string `json:"value"`
+}
+
+// HTTPProbe sends an HTTP request to the pod.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.caCert) || self.scheme == 'HTTPS'",message="http.caCert is only used with scheme: HTTPS"
+// +kubebuilder:validation:XValidation:rule="!has(self.insecureSkipTLSVerify) || !self.insecureSkipTLSVerify || self.scheme == 'HTTPS'",message="http.insecureSkipTLSVerify is only used with scheme: HTTPS"
+// +kubebuilder:validation:XValidation:rule="!has(self.caCert) || !has(self.insecureSkipTLSVerify) || !self.insecureSkipTLSVerify",message="set either http.caCert (verify against this CA) or http.insecureSkipTLSVerify, not both"
+type HTTPProbe struct {
+	// TargetPort on the pod: a number, or the name of a container port.
+	// +required
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (size(self) <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a port number from 1 to 65535 or a container port name (lowercase letters, digits and '-', at most 15 characters, with at least one letter)"
+	TargetPort intstr.IntOrString `json:"targetPort"`
+
+	// Path of the request, with an optional ?query: it must start with "/", hold no control
+	// characters, and every "%" before the query must start an escape of two hex digits (the
+	// probe cannot send the request otherwise).
+	// +optional
+	// +kubebuilder:default="/"
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="http.path must start with /"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([^%?[:cntrl:]]|%[0-9A-Fa-f]{2})*([?][^[:cntrl:]]*)?$')",message="http.path must be a request path the probe can send: no control characters (tab, newline, ...), and every '%' before the ?query must start an escape of two hex digits such as %2F (write a literal % as %25)"
+	Path string `json:"path,omitempty"`
+
+	// Host sets the Host header and the TLS server name. It never changes where the probe
+	// connects: probes only ever dial the pod's own IP.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$')",message="http.host must be a host name, optionally with :port"
+	Host string `json:"host,omitempty"`
+
+	// Method: GET (default) or HEAD.
+	// +optional
+	// +kubebuilder:default=GET
+	// +kubebuilder:validation:Enum=GET;HEAD
+	Method string `json:"method,omitempty"`
+
+	// Scheme: HTTP (default) or HTTPS.
+	// +optional
+	// +kubebuilder:default=HTTP
+	// +kubebuilder:validation:Enum=HTTP;HTTPS
+	Scheme corev1.URIScheme `json:"scheme,omitempty"`
+
+	// HTTPHeaders sent with the request: at most 32, their names and values together at most
+	// 8192 characters.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.map(h, size(h.name) + size(h.value)).sum() <= 8192",message="http.httpHeaders may hold at most 8192 characters of header names and values together: servers commonly refuse larger request headers"
+	HTTPHeaders []HTTPHeader `json:"httpHeaders,omitempty"`
+
+	// CACert (PEM) the server certificate must chain to, for scheme HTTPS: at most 16384
+	// characters, about ten certificates. Without it the system roots are used.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16384
+	// +kubebuilder:validation:XValidation:rule="self.contains('-----BEGIN CERTIFICATE-----')",message="http.caCert must hold a PEM certificate (-----BEGIN CERTIFICATE----- ...)"
+	CACert string `json:"caCert,omitempty"`
+
+	// InsecureSkipTLSVerify accepts any server certificate, for scheme HTTPS.
+	// +optional
+	InsecureSkipTLSVerify bool `json:"insecureSkipTLSVerify,omitempty"`
+
+	// SuccessStatusCodes extends the passing status codes (200-399 by default, like the kubelet)
+	// with codes ("418") and ranges ("400-404"). When set, only the listed codes pass.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=7
+	// +kubebuilder:validation:items:XValidation:rule="self.matches('^[1-5][0-9][0-9](-[1-5][0-9][0-9])?$') && (size(self) == 3 || self.substring(0, 3) <= self.substring(4, 7))",message="http.successStatusCodes entries must be a status code (\"200\") or an ascending range (\"200-299\") between 100 and 599"
+	SuccessStatusCodes []string `json:"successStatusCodes,omitempty"`
+}
+
+// PostgreSQLProbe runs a query against a PostgreSQL server in the pod.
+type PostgreSQLProbe struct {
+	// TargetPort on the pod: a number, or the name of a container port.
+	// +required
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (size(self) <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a port number from 1 to 65535 or a container port name (lowercase letters, digits and '-', at most 15 characters, with at least one letter)"
+	TargetPort intstr.IntOrString `json:"targetPort"`
+
+	// DBName is the database to connect to.
+	// +optional
+	// +kubebuilder:default=postgres
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	DBName string `json:"dbName,omitempty"`
+
+	// Query runs read-only with a server-side statement timeout. An error, no row, or a
+	// false-like first value (f, false, 0, no, off, NULL) fails; any other result passes.
+	// "SELECT 1" checks that the server answers; "SELECT NOT pg_is_in_recovery()" that it is
+	// the primary.
+	// +optional
+	// +kubebuilder:default="SELECT 1"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	Query string `json:"query,omitempty"`
+
+	// AuthSecretName names a Secret of type network.deckhouse.io/postgresql-credentials in the
+	// resource's namespace (keys user, password, tlsMode, caCert, clientCert, clientKey).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="postgreSQL.authSecretName must be a Secret name (lowercase letters, digits, '-' and '.')"
+	AuthSecretName string `json:"authSecretName,omitempty"`
+}
