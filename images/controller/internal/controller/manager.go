@@ -175,8 +175,16 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, *metrics.Metrics, er
 	if err := setupAudit(mgr, m, writer, o); err != nil {
 		return nil, nil, err
 	}
+	if err := addHealthChecks(mgr); err != nil {
+		return nil, nil, err
+	}
+	return mgr, m, nil
+}
+
+// addHealthChecks serves /healthz (the process answers) and /readyz (the informers synced).
+func addHealthChecks(mgr ctrl.Manager) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return nil, nil, fmt.Errorf("adding the health check: %w", err)
+		return fmt.Errorf("adding the health check: %w", err)
 	}
 	if err := mgr.AddReadyzCheck("informers", func(req *http.Request) error {
 		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
@@ -186,9 +194,9 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, *metrics.Metrics, er
 		}
 		return nil
 	}); err != nil {
-		return nil, nil, fmt.Errorf("adding the readiness check: %w", err)
+		return fmt.Errorf("adding the readiness check: %w", err)
 	}
-	return mgr, m, nil
+	return nil
 }
 
 // setupAudit registers the audit of published endpoints unless o.SkipAudit.
