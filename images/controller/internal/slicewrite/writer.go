@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -68,44 +69,38 @@ func (w *Writer) DeleteWithPreconditions(ctx context.Context, s *discoveryv1.End
 // that took the slice over for a live resource since must keep it, DESIGN §5), counted by
 // reason in swh_controller_garbage_collected_slices_total.
 func (w *Writer) DeleteGarbage(ctx context.Context, s *discoveryv1.EndpointSlice, reason string) (bool, error) {
-	deleted, err := w.DeleteWithPreconditions(ctx, s, SameVersion)
-	if m := w.metrics; m != nil {
-		switch {
-		case err != nil:
-			m.Errors.WithLabelValues(metrics.OpDeleteSlice).Inc()
-		case deleted:
-			m.GarbageCollectedSlices.WithLabelValues(reason).Inc()
-		}
-	}
-	return deleted, err
+	return w.deleteCounted(ctx, s, SameVersion, metrics.OpDeleteSlice, func(m *metrics.Metrics) prometheus.Counter {
+		return m.GarbageCollectedSlices.WithLabelValues(reason)
+	})
 }
 
 // DeleteForged deletes a slice the audit found forged, exactly as it was audited (SameVersion:
 // a slice rewritten since is audited again), counted in swh_controller_forged_endpointslices_total.
 func (w *Writer) DeleteForged(ctx context.Context, s *discoveryv1.EndpointSlice) (bool, error) {
-	deleted, err := w.DeleteWithPreconditions(ctx, s, SameVersion)
-	if m := w.metrics; m != nil {
-		switch {
-		case err != nil:
-			m.Errors.WithLabelValues(metrics.OpDeleteSlice).Inc()
-		case deleted:
-			m.ForgedSlices.Inc()
-		}
-	}
-	return deleted, err
+	return w.deleteCounted(ctx, s, SameVersion, metrics.OpDeleteSlice, func(m *metrics.Metrics) prometheus.Counter {
+		return m.ForgedSlices
+	})
 }
 
 // DeleteBuiltin deletes a built-in EndpointSlice of an adopted Service (SameObject: the
 // built-in controller may still have touched it, and it must go all the same), counted in
 // swh_controller_builtin_slices_deleted_total.
 func (w *Writer) DeleteBuiltin(ctx context.Context, s *discoveryv1.EndpointSlice) (bool, error) {
-	deleted, err := w.DeleteWithPreconditions(ctx, s, SameObject)
+	return w.deleteCounted(ctx, s, SameObject, metrics.OpDeleteBuiltinSlice, func(m *metrics.Metrics) prometheus.Counter {
+		return m.BuiltinSlicesDeleted
+	})
+}
+
+// deleteCounted deletes s under p and counts the outcome: an error under op in
+// swh_controller_errors_total, a deletion in the counter done picks.
+func (w *Writer) deleteCounted(ctx context.Context, s *discoveryv1.EndpointSlice, p Precondition, op string, done func(*metrics.Metrics) prometheus.Counter) (bool, error) {
+	deleted, err := w.DeleteWithPreconditions(ctx, s, p)
 	if m := w.metrics; m != nil {
 		switch {
 		case err != nil:
-			m.Errors.WithLabelValues(metrics.OpDeleteBuiltinSlice).Inc()
+			m.Errors.WithLabelValues(op).Inc()
 		case deleted:
-			m.BuiltinSlicesDeleted.Inc()
+			done(m).Inc()
 		}
 	}
 	return deleted, err
