@@ -5,14 +5,12 @@ package traffic_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/testkit/faults"
 	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
 
@@ -30,57 +29,6 @@ const selectorRefusal = "the e2e test refuses every change of this Service's sel
 // holdFault is how long the fault is held once the controller has reported it: the
 // assertions of the fault are checked at every poll in that time.
 const holdFault = 5 * time.Second
-
-// refuseSelectorChanges makes the real API server refuse, with a ValidatingAdmissionPolicy,
-// every update of Service ns/name that changes its selector (the controller's patch that
-// clears it after the adoption), and waits until the policy is in effect (a dry-run clear is
-// refused). The returned function ends the fault; it also runs at the end of the test.
-func refuseSelectorChanges(t *testing.T, c *cluster.Cluster, ns, name string) func() {
-	t.Helper()
-	fail := admissionregistrationv1.Fail
-	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "refuse-selector-" + ns},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: &fail,
-			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
-					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"services"}},
-				},
-			}}},
-			MatchConditions: []admissionregistrationv1.MatchCondition{{
-				Name: "this-service", Expression: fmt.Sprintf("request.namespace == %q && request.name == %q", ns, name),
-			}},
-			Validations: []admissionregistrationv1.Validation{{
-				Expression: "(has(object.spec.selector) ? object.spec.selector : {}) == (has(oldObject.spec.selector) ? oldObject.spec.selector : {})",
-				Message:    selectorRefusal,
-			}},
-		},
-	}
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName:        policy.Name,
-			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
-		},
-	}
-	require.NoError(t, c.Env.Client.Create(t.Context(), policy))
-	require.NoError(t, c.Env.Client.Create(t.Context(), binding))
-	end := func() {
-		_ = client.IgnoreNotFound(c.Env.Client.Delete(t.Context(), binding))
-		_ = client.IgnoreNotFound(c.Env.Client.Delete(t.Context(), policy))
-	}
-	t.Cleanup(end)
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-		patch := client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"selector":null}}`))
-		err := c.Env.Client.Patch(t.Context(), svc, patch, client.DryRunAll)
-		if assert.Error(ct, err, "the policy refuses a dry-run clear") {
-			assert.Contains(ct, err.Error(), selectorRefusal)
-		}
-	}, waitFor, poll, "the admission policy takes effect")
-	return end
-}
 
 // faultState reads, during the fault, what must not change: the resource's status.clusterIP,
 // its ServiceSynced condition (False with the refusal), and the Service's selector (kept).
@@ -131,7 +79,7 @@ func TestWriteFailsWithdrawNoEndpointAndFailNoRequest(t *testing.T) {
 	ns := c.Env.CreateNamespaceForTest(t, "writefails")
 	svc, pods, _ := migrationSetup(t, s, ns)
 	require.NotEmpty(t, svc.Spec.ClusterIP)
-	end := refuseSelectorChanges(t, c, ns, "web")
+	end := faults.RefuseSelectorChanges(t, c.Env.Client, ns, "web", selectorRefusal, waitFor, poll)
 
 	w := watchSlices(t, c, ns)
 	loop := c.Traffic(t, cluster.TrafficOptions{Service: ns + "/web", Port: 80, Duration: loopFor})

@@ -4,73 +4,19 @@
 package controller
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/childservice"
+	"github.com/deckhouse/service-with-healthchecks/testkit/faults"
 )
 
 // refusal is the message of the admission policy that refuses clearing a Service's selector.
 const refusal = "the test refuses every change of this Service's selector"
-
-// refuseSelectorChanges makes the API server refuse, with a ValidatingAdmissionPolicy, every
-// update of Service ns/name that changes its selector (the controller's patch that clears it),
-// and waits until the policy is in effect (a dry-run clear is refused). The returned function
-// ends the fault.
-func refuseSelectorChanges(t *testing.T, ns, name string) func() {
-	t.Helper()
-	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "refuse-selector-" + ns},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
-					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"services"}},
-				},
-			}}},
-			MatchConditions: []admissionregistrationv1.MatchCondition{{
-				Name: "this-service", Expression: fmt.Sprintf("request.namespace == %q && request.name == %q", ns, name),
-			}},
-			Validations: []admissionregistrationv1.Validation{{
-				Expression: "(has(object.spec.selector) ? object.spec.selector : {}) == (has(oldObject.spec.selector) ? oldObject.spec.selector : {})",
-				Message:    refusal,
-			}},
-		},
-	}
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName:        policy.Name,
-			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
-		},
-	}
-	create(t, policy)
-	create(t, binding)
-	end := func() {
-		_ = env.Client.Delete(t.Context(), binding)
-		_ = env.Client.Delete(t.Context(), policy)
-	}
-	t.Cleanup(end)
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		svc := service(ns, name)
-		patch := client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"selector":null}}`))
-		err := env.Client.Patch(t.Context(), svc, patch, client.DryRunAll)
-		if assert.Error(c, err, "the policy refuses the dry-run clear") {
-			assert.Contains(c, err.Error(), refusal)
-		}
-	}, wait, tick, "the admission policy takes effect")
-	return end
-}
 
 // TestWriteFailsKeepStatusClusterIP: the API server refuses, through an
 // admission policy, the controller's patch that clears the selector of a Service it adopted (an
@@ -100,7 +46,7 @@ func TestWriteFailsKeepStatusClusterIP(t *testing.T) {
 
 	// The fault: clearing the selector is refused. Then every port gets a ready endpoint, so
 	// the controller clears the selector, and fails.
-	end := refuseSelectorChanges(t, ns, "web")
+	end := faults.RefuseSelectorChanges(t, env.Client, ns, "web", refusal, wait, tick)
 	slice(t, ns, "web", swh.UID, "http", ns+"-n1")
 	slice(t, ns, "web", swh.UID, "metrics", ns+"-n1")
 	eventually(t, swh, func(c *assert.CollectT, swh *v1alpha1.ServiceWithHealthchecks) {
