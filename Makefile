@@ -35,8 +35,8 @@ tools: test-tools ## Build every pinned tool (the tests' and the linters': contr
 	@tools/build.sh codegen lint
 
 .PHONY: test-tools
-test-tools: ## Build only the tools the tests run (kube-apiserver, etcd, kube-proxy, kube-controller-manager, promtool, kube-rbac-proxy).
-	@tools/build.sh kube prom kube-rbac-proxy
+test-tools: ## Build only the tools the tests run (kube-apiserver, etcd, kube-proxy, kube-controller-manager and promtool in one group; kube-rbac-proxy).
+	@tools/build.sh kube kube-rbac-proxy
 
 .PHONY: generate
 generate: ## Regenerate deepcopy code and the CRD from the Go types.
@@ -51,6 +51,8 @@ verify: generate ## Regenerate and fail when anything generated is out of date; 
 	@git diff --exit-code -- api crds || { echo "verify: generated files are out of date: run 'make generate' and commit" >&2; exit 1; }
 	@for m in $(MODULES) $(STANDALONE); do (cd $$m && GOWORK=off go mod tidy -diff >/dev/null) || { echo "verify: $$m/go.mod is not tidy: run 'cd $$m && GOWORK=off go mod tidy'" >&2; exit 1; }; done
 	@for m in $(MODULES) $(STANDALONE); do (cd $$m && GOWORK=off go build ./... && GOWORK=off go vet ./...) || { echo "verify: $$m does not build alone (GOWORK=off)" >&2; exit 1; }; done
+	@# The test tools and the modules compile one copy of what they share (development/TEST-HARNESS.md).
+	@go run ./tests/internal/cmd/toolversions -check
 
 .PHONY: lint
 lint: ## Run golangci-lint on every module, check the license headers, and run dmt (Deckhouse's module linter) when the shared tools are there.
@@ -70,7 +72,9 @@ release: ## Cut a release: make release VERSION=x.y.z [TAG=1] (clean tree, CHANG
 	@hack/release.sh $(if $(TAG),--tag) "$(VERSION)"
 
 .PHONY: test
-test: deps test-tools ## Run every test of every module (real API server, real servers); builds what it needs first.
+test: deps ## Run every test of every module (real API server, real servers); builds what it needs first.
+	@# The Kubernetes binaries and promtool first; hack/test.sh builds kube-rbac-proxy beside the first tests.
+	@tools/build.sh kube
 	@GO_TEST_FLAGS="$(GO_TEST_FLAGS)" MODULES="$(MODULES)" STANDALONE="$(STANDALONE)" hack/test.sh
 
 .PHONY: bench

@@ -29,11 +29,18 @@ export GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath"
 started=$(date +%s)
 phase() { echo "test: $1 in $(($(date +%s) - $2))s (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2; }
 
+# kube-rbac-proxy is the one tool the first tests do not need (only tests/installed runs it, and
+# it waits for this build through tools/build.sh): building it beside the first tests puts its
+# minutes on a fresh machine into the time the tests spend waiting on API servers and probes.
+tools_log=$(mktemp)
+"$root/tools/build.sh" kube-rbac-proxy >"$tools_log" 2>&1 &
+tools_pid=$!
+
 # The standalone modules (tests/monitoring: compiling Prometheus' PromQL parser is most of its
 # time) run beside the workspace's tests, whose packages spend most of their time waiting on API
 # servers, probes and timeouts: the two cores stay busy without a third heavy suite.
 standalone_log=$(mktemp)
-trap 'rm -f "$standalone_log"' EXIT
+trap 'rm -f "$standalone_log" "$tools_log"' EXIT
 (
 	for m in "${standalone[@]}"; do
 		t=$(date +%s)
@@ -55,6 +62,7 @@ status=0
 go test $GO_TEST_FLAGS "${pkgs[@]}" || status=$?
 phase "workspace modules" "$t"
 
+wait "$tools_pid" || { status=1; cat "$tools_log" >&2; }
 wait "$standalone_pid" || status=$?
 cat "$standalone_log"
 phase "all tests" "$started"

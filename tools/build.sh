@@ -16,7 +16,11 @@ all_groups=(kube codegen lint)
 
 group_dir() {
 	local g=$1 key
-	key=$( (go env GOVERSION; cat "$here/$g/go.mod" "$here/$g/go.sum" "$here/build.sh") | sha256sum | cut -c1-16)
+	key=$( (
+		go env GOVERSION
+		cat "$here/$g/go.mod" "$here/$g/go.sum" "$here/build.sh"
+		if [[ -f $here/$g/build-flags ]]; then cat "$here/$g/build-flags"; fi
+	) | sha256sum | cut -c1-16)
 	echo "$cache_root/$g-$key"
 }
 
@@ -45,19 +49,40 @@ build_group() {
 	if [[ -f $dir/.complete ]]; then
 		return 0
 	fi
-	echo "tools: building $g into $dir (first time on this machine; minutes)" >&2
+	# One build of a group at a time: hack/test.sh builds kube-rbac-proxy beside the first tests,
+	# and the test that needs it calls this script, which waits here and then finds it built.
 	mkdir -p "$cache_root"
+	local lock
+	exec {lock}>"$cache_root/.$g.lock"
+	flock "$lock"
+	if [[ -f $dir/.complete ]]; then
+		exec {lock}>&-
+		return 0
+	fi
+	echo "tools: building $g into $dir (first time on this machine; minutes)" >&2
 	tmp=$(mktemp -d "$cache_root/.$g.XXXXXX")
 	trap 'rm -rf "$tmp"' RETURN
 	(
 		cd "$here/$g"
 		export GOWORK=off
+		# The tests' build configuration (hack/test.sh): with the same flags and the same module
+		# versions (tests/internal/cmd/toolversions keeps them so) the packages the tools and the
+		# test binaries share (client-go, apimachinery, gRPC, protobuf, golang.org/x) are compiled
+		# once on a fresh machine. Every tool here is a static binary upstream too.
+		export CGO_ENABLED=0
+		[[ " ${GOFLAGS:-} " == *" -trimpath "* ]] || export GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath"
+		# Extra build flags of the group (tools/<group>/build-flags), e.g. promtool's build tag
+		# remove_all_sd: without it promtool links the service discovery of every cloud.
+		local -a flags=()
+		if [[ -f build-flags ]]; then
+			read -r -a flags <build-flags
+		fi
 		mapfile -t pkgs < <(sed -n '/^tool (/,/^)/{/^tool (/d;/^)/d;p}; s/^tool \([^(].*\)$/\1/p' go.mod | tr -d '\t ')
 		echo "tools:   ${pkgs[*]}" >&2
 		# One invocation for the whole group: the compiler shares the packages the binaries have in
 		# common and links them in parallel. No DWARF (-s -w): nobody debugs these tools, and the
 		# linker spends a large share of a cold build writing it for the k8s binaries.
-		go build -ldflags='-s -w' -o "$tmp/bin/" "${pkgs[@]}"
+		go build "${flags[@]}" -ldflags='-s -w' -o "$tmp/bin/" "${pkgs[@]}"
 		for pkg in "${pkgs[@]}"; do
 			mv "$tmp/bin/$(go_name "$pkg")" "$tmp/$(bin_name "$pkg")"
 		done
@@ -66,6 +91,7 @@ build_group() {
 	touch "$tmp/.complete"
 	rm -rf "$dir"
 	mv "$tmp" "$dir"
+	exec {lock}>&-
 }
 
 if [[ ${1:-} == --dir ]]; then

@@ -232,16 +232,21 @@ func documentedModuleConfig(t *testing.T) platform.ModuleConfig {
 	return mcs[1]
 }
 
-// kubeRBACProxy is the kube-rbac-proxy binary of the tools group of that name.
+// kubeRBACProxy is the kube-rbac-proxy binary of the tools group of that name. make test builds
+// it beside the first tests (hack/test.sh): tools/build.sh waits for that build, or builds the
+// group itself when the package runs alone.
 func kubeRBACProxy(t *testing.T) string {
 	t.Helper()
 	root, err := bundle.Root()
 	require.NoError(t, err)
-	out, err := exec.Command("bash", filepath.Join(root, "tools", "build.sh"), "--dir", "kube-rbac-proxy").Output()
+	script := filepath.Join(root, "tools", "build.sh")
+	build, err := exec.Command("bash", script, "kube-rbac-proxy").CombinedOutput()
+	require.NoError(t, err, "tools/build.sh kube-rbac-proxy: %s", build)
+	out, err := exec.Command("bash", script, "--dir", "kube-rbac-proxy").Output()
 	require.NoError(t, err)
 	dir := strings.TrimSpace(string(out))
 	_, err = os.Stat(filepath.Join(dir, ".complete"))
-	require.NoError(t, err, "kube-rbac-proxy is not built (%s): run 'make tools'", dir)
+	require.NoError(t, err, "kube-rbac-proxy is not built (%s)", dir)
 	return filepath.Join(dir, "kube-rbac-proxy")
 }
 

@@ -8,7 +8,7 @@
 //   - Every PromQL expression of the alert rules and of every dashboard target parses with the
 //     Prometheus parser, and every metric it names is one the programs register (their hidden
 //     describe-metrics command lists the collectors' Describe) or is on the allow-list below.
-//   - promtool (tools/prom, built by tools/build.sh) checks the rules and runs the unit tests
+//   - promtool (tools/kube, built by tools/build.sh) checks the rules and runs the unit tests
 //     in monitoring/prometheus-rules/tests; every alert has a case where it fires and one where
 //     it does not.
 //   - docs/METRICS.md and docs/METRICS.ru.md list exactly the programs' metrics, with their types

@@ -328,14 +328,15 @@ func TestEveryAlertIsActionable(t *testing.T) {
 	}
 }
 
-// promtool finds (building when missing) the tools/prom group's promtool.
+// promtool finds (building when missing) promtool, which the tools/kube group builds beside the
+// Kubernetes binaries (they share client-go, gRPC and protobuf: one compile on a fresh machine).
 func promtool(t *testing.T) string {
 	t.Helper()
 	root := repoRoot(t)
-	build := exec.Command("bash", filepath.Join(root, "tools", "build.sh"), "prom")
+	build := exec.Command("bash", filepath.Join(root, "tools", "build.sh"), "kube")
 	out, err := build.CombinedOutput()
-	require.NoError(t, err, "tools/build.sh prom: %s", out)
-	dir, err := exec.Command("bash", filepath.Join(root, "tools", "build.sh"), "--dir", "prom").Output()
+	require.NoError(t, err, "tools/build.sh kube: %s", out)
+	dir, err := exec.Command("bash", filepath.Join(root, "tools", "build.sh"), "--dir", "kube").Output()
 	require.NoError(t, err)
 	bin := filepath.Join(strings.TrimSpace(string(dir)), "promtool")
 	_, err = os.Stat(bin)
