@@ -112,6 +112,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	log := f.SetupLogger(os.Stderr)
+	setMemoryLimit(getenv)
 	cfg, err := f.RESTConfig("service-with-healthchecks-agent/" + f.nodeName)
 	if err != nil {
 		return err
