@@ -51,8 +51,8 @@ const (
 	// DefaultMaxProbeTargets is the default probe budget (development/AGENT.md, "Probe
 	// budget"): well within the agent's 512 MiB memory limit (development/BENCHMARKS.md).
 	DefaultMaxProbeTargets = 20000
-	DefaultCoalesceWindow         = 200 * time.Millisecond
-	DefaultCoalesceBurst          = 3
+	DefaultCoalesceWindow  = 200 * time.Millisecond
+	DefaultCoalesceBurst   = 3
 	// ControllerName is the reporting controller of the agent's Events.
 	ControllerName = "service-with-healthchecks-agent"
 )

@@ -24,9 +24,9 @@ func TestFairSharesBudget(t *testing.T) {
 		demands []int
 		want    []int
 	}{
-		"no bound meets every demand":                      {0, []int{5, 100000}, []int{5, 100000}},
-		"no demand":                                        {10, nil, []int{}},
-		"everything fits":                                  {10, []int{3, 4}, []int{3, 4}},
+		"no bound meets every demand": {0, []int{5, 100000}, []int{5, 100000}},
+		"no demand":                   {10, nil, []int{}},
+		"everything fits":             {10, []int{3, 4}, []int{3, 4}},
 		"one namespace alone takes the whole budget":       {10, []int{100000}, []int{10}},
 		"a small demand keeps all of it, the rest goes on": {10, []int{100000, 1}, []int{9, 1}},
 		"equal shares when every demand is over":           {9, []int{50, 50, 50}, []int{3, 3, 3}},

@@ -107,7 +107,7 @@ type nsState struct {
 	// asked is how many targets its resources ask for, allowed its share of the budget
 	// (budget.go); res are its resources that ask for any, by name.
 	asked, allowed int
-	res           []*resState
+	res            []*resState
 }
 
 // resState is a resource with targets or runs in flight.
