@@ -30,7 +30,7 @@ import (
 // BenchmarkBudget (issue 28, part 5): one namespace asks one node for BUDGET_PODS pods ×
 // BUDGET_RESOURCES resources × 32 probes (default 100 × 32 × 32 = 102,400 targets), a victim
 // namespace for one (HTTP, every second). One agent with the default probe budget
-// (agent.DefaultMaxProbeTargets, or BUDGET_MAX), the real prober, a real API server; the hog's
+// (agent.DefaultMaxProbeTargets, or BUDGET_MAX; "none" for no bound), the real prober, a real API server; the hog's
 // in-budget targets are probed over TCP every BUDGET_PERIOD (default 10 s). Reported after the
 // hog's resources are all reconciled: the victim's scheduling lag (start - due) over
 // BUDGET_DURATION (default 30 s), the targets kept and over budget, and the process's memory:
@@ -39,7 +39,12 @@ import (
 func BenchmarkBudget(b *testing.B) {
 	pods := envInt(b, "BUDGET_PODS", 100)
 	resources := envInt(b, "BUDGET_RESOURCES", 32)
-	budget := envInt(b, "BUDGET_MAX", agent.DefaultMaxProbeTargets)
+	budget := agent.DefaultMaxProbeTargets
+	if os.Getenv("BUDGET_MAX") == "none" {
+		budget = -1 // no bound: the anchor, the agent before the budget
+	} else {
+		budget = envInt(b, "BUDGET_MAX", budget)
+	}
 	hogPeriod := int32(envDuration(b, "BUDGET_PERIOD", 10*time.Second) / time.Second)
 	window := envDuration(b, "BUDGET_DURATION", 30*time.Second)
 	const probesPerResource = 32
