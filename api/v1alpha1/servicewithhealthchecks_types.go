@@ -296,4 +296,9 @@ const (
 	// updates that leave them unchanged); the message names each field and its bound. It does
 	// not affect Ready.
 	ConditionSpecOutOfBounds = "SpecOutOfBounds"
+	// ConditionProbeBudgetExceeded is True while the resource has targets on a node beyond
+	// that node agent's probe budget (its share of --max-probe-targets): those are not probed
+	// and their ports are published not serving. The message names the nodes with the targets
+	// asked for and probed. It does not affect Ready.
+	ConditionProbeBudgetExceeded = "ProbeBudgetExceeded"
 )

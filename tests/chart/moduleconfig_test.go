@@ -95,7 +95,7 @@ func TestFromTheDocumentedModuleConfigsToTheRenderedChart(t *testing.T) {
 			}
 			agent, err := objs.DaemonSet(bundle.Namespace, "agent")
 			require.NoError(t, err)
-			for flag, setting := range map[string]string{"probe-concurrency": "probeConcurrency", "kube-api-qps": "kubeAPIQPS", "kube-api-burst": "kubeAPIBurst"} {
+			for flag, setting := range map[string]string{"probe-concurrency": "probeConcurrency", "max-probe-targets": "maxProbeTargets", "kube-api-qps": "kubeAPIQPS", "kube-api-burst": "kubeAPIBurst"} {
 				got, ok := bundle.Flag(bundle.Container(&agent.Spec.Template.Spec, "agent"), flag)
 				require.True(t, ok, flag)
 				want := defaultAgentFlags[flag]

@@ -69,7 +69,7 @@ var systemTolerations = []corev1.Toleration{
 	{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "system"},
 }
 
-var defaultAgentFlags = map[string]string{"probe-concurrency": "64", "kube-api-qps": "20", "kube-api-burst": "40", "lease-renew-interval": "10s"}
+var defaultAgentFlags = map[string]string{"probe-concurrency": "64", "max-probe-targets": "20000", "kube-api-qps": "20", "kube-api-burst": "40", "lease-renew-interval": "10s"}
 
 // defaultCtrlAPI are the controller's own defaults (images/controller/internal/config).
 var defaultCtrlAPI = map[string]string{"kube-api-qps": "50", "kube-api-burst": "100"}
@@ -132,7 +132,7 @@ func valueSets() map[string]valueSetCase {
 			wantReplicas:    2,
 			wantTolerations: systemTolerations,
 			wantLogLevel:    "debug",
-			wantAgentFlags:  map[string]string{"probe-concurrency": "200", "kube-api-qps": "50", "kube-api-burst": "100", "lease-renew-interval": "10s"},
+			wantAgentFlags:  map[string]string{"probe-concurrency": "200", "max-probe-targets": "20000", "kube-api-qps": "50", "kube-api-burst": "100", "lease-renew-interval": "10s"},
 			wantLostGrace:   "1m30s",
 			wantCtrlAPI:     map[string]string{"kube-api-qps": "200", "kube-api-burst": "400"},
 		},
@@ -292,16 +292,18 @@ func assertAgent(t *testing.T, tc valueSetCase, set bundle.ValueSet, d *appsv1.D
 	require.NotNil(t, nodeName.ValueFrom)
 	require.NotNil(t, nodeName.ValueFrom.FieldRef)
 	assert.Equal(t, "spec.nodeName", nodeName.ValueFrom.FieldRef.FieldPath)
-	// GOMEMLIMIT is the container's own memory limit, which must exist: without one the
-	// downward API would give the node's allocatable memory.
-	memLimit := bundle.Env(c, "GOMEMLIMIT")
-	require.NotNil(t, memLimit, "GOMEMLIMIT is set")
+	// MEMORY_LIMIT is the container's own memory limit, which must exist: without one the
+	// downward API would give the node's allocatable memory. The agent sets GOMEMLIMIT to 85 %
+	// of it (images/agent/cmd/agent/memlimit.go), so GOMEMLIMIT itself is not set.
+	assert.Nil(t, bundle.Env(c, "GOMEMLIMIT"), "GOMEMLIMIT is not the whole limit: the agent derives it")
+	memLimit := bundle.Env(c, "MEMORY_LIMIT")
+	require.NotNil(t, memLimit, "MEMORY_LIMIT is set")
 	require.NotNil(t, memLimit.ValueFrom)
-	require.NotNil(t, memLimit.ValueFrom.ResourceFieldRef, "GOMEMLIMIT comes from the downward API")
+	require.NotNil(t, memLimit.ValueFrom.ResourceFieldRef, "MEMORY_LIMIT comes from the downward API")
 	assert.Equal(t, "limits.memory", memLimit.ValueFrom.ResourceFieldRef.Resource)
 	assert.Contains(t, []string{"", "agent"}, memLimit.ValueFrom.ResourceFieldRef.ContainerName, "the agent's own limit")
 	assert.True(t, memLimit.ValueFrom.ResourceFieldRef.Divisor.IsZero() || memLimit.ValueFrom.ResourceFieldRef.Divisor.Value() == 1,
-		"in bytes, the unit GOMEMLIMIT reads without a suffix")
+		"in bytes, the unit the agent reads")
 	_, hasLimit := c.Resources.Limits[corev1.ResourceMemory]
 	assert.True(t, hasLimit, "the agent has a memory limit for GOMEMLIMIT to follow")
 	want := map[string]string{

@@ -90,7 +90,7 @@ func TestDefaultsAreValidAndComplete(t *testing.T) {
 		"logLevel":       "Info",
 		"agentLostGrace": "40s",
 		"controller":     map[string]any{"kubeAPIQPS": float64(50), "kubeAPIBurst": float64(100)},
-		"agent":          map[string]any{"probeConcurrency": float64(64), "kubeAPIQPS": float64(20), "kubeAPIBurst": float64(40)},
+		"agent":          map[string]any{"probeConcurrency": float64(64), "maxProbeTargets": float64(20000), "kubeAPIQPS": float64(20), "kubeAPIBurst": float64(40)},
 		// Only external IPs are refused by default; Service types, classes and annotations pass
 		// as before the setting existed (a narrower default would refuse edits of live resources).
 		"childService": map[string]any{

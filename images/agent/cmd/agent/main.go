@@ -45,6 +45,7 @@ type flags struct {
 	leaseNamespace     string
 	leaseRenewInterval time.Duration
 	probeConcurrency   int
+	maxProbeTargets    int
 }
 
 // parse parses the arguments (without the program name); getenv supplies $NODE_NAME and
@@ -69,6 +70,9 @@ func parse(args []string, getenv func(string) string, stdout io.Writer) (flags, 
 		"How often the node Lease is renewed; keep it well below the controller's --agent-lost-grace (a few renewals fit in one grace).")
 	p.Flags.IntVar(&f.probeConcurrency, "probe-concurrency", agent.DefaultProbeConcurrency,
 		"Maximum number of probes running at once on this node.")
+	p.Flags.IntVar(&f.maxProbeTargets, "max-probe-targets", agent.DefaultMaxProbeTargets,
+		"The probe budget: the most probe targets (pod × probe) this agent keeps, shared fairly between namespaces; "+
+			"targets beyond a namespace's share are not probed and their ports are published not serving.")
 	if err := p.Parse(args, stdout); err != nil {
 		return flags{}, err
 	}
@@ -91,6 +95,8 @@ func (f *flags) check() error {
 		return cmdline.Usagef("--lease-renew-interval %s: must be positive", f.leaseRenewInterval)
 	case f.probeConcurrency < 1:
 		return cmdline.Usagef("--probe-concurrency %d: must be at least 1", f.probeConcurrency)
+	case f.maxProbeTargets < 1:
+		return cmdline.Usagef("--max-probe-targets %d: must be at least 1", f.maxProbeTargets)
 	}
 	return nil
 }
@@ -106,6 +112,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	log := f.SetupLogger(os.Stderr)
+	setMemoryLimit(getenv)
 	cfg, err := f.RESTConfig("service-with-healthchecks-agent/" + f.nodeName)
 	if err != nil {
 		return err
@@ -118,6 +125,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		LeaseNamespace:         f.leaseNamespace,
 		LeaseRenewInterval:     f.leaseRenewInterval,
 		ProbeConcurrency:       f.probeConcurrency,
+		MaxProbeTargets:        f.maxProbeTargets,
 		Logger:                 log,
 	})
 	if err != nil {

@@ -95,6 +95,7 @@ func TestHelpListsEveryFlagOnStdout(t *testing.T) {
 		"--lease-namespace":           `(default "d8-service-with-healthchecks")`,
 		"--lease-renew-interval":      "(default 10s)",
 		"--probe-concurrency":         "(default 64)",
+		"--max-probe-targets":         "(default 20000)",
 		"--kube-api-qps":              "(default 20)",
 		"--kube-api-burst":            "(default 40)",
 		"--log-level":                 "(default info)",
@@ -128,9 +129,10 @@ func TestParse(t *testing.T) {
 		"a missing node name is an error":          {want: "--node-name: required (set the flag or $NODE_NAME)"},
 		"an unknown flag is an error":              {nodeEnv: "node-a", args: []string{"--bogus"}, want: "unknown flag: --bogus"},
 		"a zero probe concurrency is an error":     {nodeEnv: "node-a", args: []string{"--probe-concurrency=0"}, want: "--probe-concurrency 0: must be at least 1"},
+		"a zero probe budget is an error":          {nodeEnv: "node-a", args: []string{"--max-probe-targets=0"}, want: "--max-probe-targets 0: must be at least 1"},
 		"an unknown log level is an error":         {nodeEnv: "node-a", args: []string{"--log-level=trace"}, want: `invalid argument "trace" for "--log-level" flag: must be debug, info, warn or error`},
 		"warn is a log level of both programs":     {nodeEnv: "node-a", args: []string{"--log-level=warn"}},
-		"every flag the chart renders is accepted": {args: []string{"--node-name=n", "--metrics-bind-address=127.0.0.1:9781", "--health-probe-bind-address=127.0.0.1:9782", "--lease-namespace=d8-service-with-healthchecks", "--probe-concurrency=64", "--kube-api-qps=20", "--kube-api-burst=40", "--log-level=debug"}},
+		"every flag the chart renders is accepted": {args: []string{"--node-name=n", "--metrics-bind-address=127.0.0.1:9781", "--health-probe-bind-address=127.0.0.1:9782", "--lease-namespace=d8-service-with-healthchecks", "--probe-concurrency=64", "--max-probe-targets=20000", "--kube-api-qps=20", "--kube-api-burst=40", "--log-level=debug"}},
 		"flag values may follow as arguments":      {args: []string{"--node-name", "n", "--kubeconfig", "/k", "--lease-namespace", "ns", "--log-level", "error"}},
 		"a stray argument is an error":             {nodeEnv: "node-a", args: []string{"extra"}, want: `unexpected argument "extra": agent takes flags only`},
 		"a non-positive API rate is an error":      {nodeEnv: "node-a", args: []string{"--kube-api-qps=0"}, want: "--kube-api-qps 0: must be positive"},
@@ -183,6 +185,7 @@ func TestDefaults(t *testing.T) {
 		leaseNamespace:     "d8-service-with-healthchecks",
 		leaseRenewInterval: 10 * time.Second,
 		probeConcurrency:   agent.DefaultProbeConcurrency,
+		maxProbeTargets:    agent.DefaultMaxProbeTargets,
 	}, f)
 	assert.Equal(t, "127.0.0.1:9781", f.MetricsBindAddress, "metrics stay on loopback")
 }

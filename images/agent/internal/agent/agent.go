@@ -48,8 +48,11 @@ const (
 	DefaultHealthProbeBindAddress = "127.0.0.1:9782"
 	DefaultLeaseNamespace         = wellknown.Namespace
 	DefaultProbeConcurrency       = 64
-	DefaultCoalesceWindow         = 200 * time.Millisecond
-	DefaultCoalesceBurst          = 3
+	// DefaultMaxProbeTargets is the default probe budget (development/AGENT.md, "Probe
+	// budget"): well within the agent's 512 MiB memory limit (development/BENCHMARKS.md).
+	DefaultMaxProbeTargets = 20000
+	DefaultCoalesceWindow  = 200 * time.Millisecond
+	DefaultCoalesceBurst   = 3
 	// ControllerName is the reporting controller of the agent's Events.
 	ControllerName = "service-with-healthchecks-agent"
 )
@@ -74,6 +77,10 @@ type Options struct {
 	SkipNameValidation bool
 	// ProbeConcurrency bounds how many probes run at once.
 	ProbeConcurrency int
+	// MaxProbeTargets bounds the targets (pod × probe) this agent probes, shared fairly
+	// between namespaces (development/AGENT.md, "Probe budget"); 0 uses
+	// DefaultMaxProbeTargets, a negative value sets no bound (tests).
+	MaxProbeTargets int
 	// CoalesceWindow and CoalesceBurst coalesce probe result changes per resource: a budget of
 	// CoalesceBurst reconciles that regains one every CoalesceWindow. A change is reconciled at
 	// once while the budget lasts; once it is spent, the changes that follow are reconciled
@@ -122,12 +129,14 @@ func New(opts Options) (*Agent, error) {
 		return nil, err
 	}
 	sched := scheduler.New(scheduler.Options{
-		Workers:  opts.ProbeConcurrency,
-		Runner:   runner,
-		OnChange: r.resultChanged,
-		OnLate:   r.probesLate,
-		Metrics:  m,
-		Logger:   opts.Logger.WithName("scheduler"),
+		Workers:    opts.ProbeConcurrency,
+		MaxTargets: max(opts.MaxProbeTargets, 0),
+		OnBudget:   r.budgetChanged,
+		Runner:     runner,
+		OnChange:   r.resultChanged,
+		OnLate:     r.probesLate,
+		Metrics:    m,
+		Logger:     opts.Logger.WithName("scheduler"),
 	})
 	r.Scheduler = sched
 	r.Publisher = &publisher.Publisher{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Metrics: m}
@@ -163,6 +172,9 @@ func (opts Options) withDefaults() (Options, error) {
 	}
 	if opts.ProbeConcurrency <= 0 {
 		opts.ProbeConcurrency = DefaultProbeConcurrency
+	}
+	if opts.MaxProbeTargets == 0 {
+		opts.MaxProbeTargets = DefaultMaxProbeTargets
 	}
 	if opts.CoalesceWindow <= 0 {
 		opts.CoalesceWindow = DefaultCoalesceWindow
@@ -273,7 +285,8 @@ func addRunnables(mgr manager.Manager, opts Options, m *metrics.Metrics, sched *
 		return fmt.Errorf("creating the Lease client: %w", err)
 	}
 	renewer := &lease.Renewer{Client: lc, Namespace: opts.LeaseNamespace, Node: opts.NodeName,
-		Interval: opts.LeaseRenewInterval, Metrics: m, Log: opts.Logger.WithName("lease")}
+		Interval: opts.LeaseRenewInterval, Metrics: m, Log: opts.Logger.WithName("lease"),
+		Note: func() string { return BudgetNote(sched) }}
 	if err := mgr.Add(renewer); err != nil {
 		return fmt.Errorf("adding the Lease renewal: %w", err)
 	}

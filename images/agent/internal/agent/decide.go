@@ -32,12 +32,34 @@ type Observed struct {
 	Slices []*discoveryv1.EndpointSlice
 	// Results are the scheduler's thresholded results of the resource's targets.
 	Results scheduler.Results
+	// Budget is how many of the resource's targets the node's probe budget allows.
+	Budget Budget
 }
+
+// Budget is how many of a resource's targets, in the order Decide lists them (pods by name,
+// then probes), the node's probe budget allows (development/AGENT.md, "Probe budget").
+type Budget struct {
+	// Limited is false when the scheduler has no allowance for the resource yet: every target
+	// is within budget.
+	Limited bool
+	// Allowed is how many targets are; those after them are over budget.
+	Allowed int
+}
+
+// ReasonOverBudget is the failure of a probe that is not run because its target is over the
+// node's probe budget: its port is published not serving (fail-safe: nothing checks it).
+const ReasonOverBudget = "not probed: over this node's probe budget (see the resource's ProbeBudgetExceeded condition)"
+
+// over tells whether the target at position i of the resource's targets is over budget.
+func (b Budget) over(i int) bool { return b.Limited && i >= b.Allowed }
 
 // Decision is what one reconcile does, decided before anything is written.
 type Decision struct {
-	// Targets are the probes the scheduler runs for the resource on this node.
+	// Targets are the probes the scheduler runs for the resource on this node, those over
+	// budget included (the scheduler keeps the first Allowed).
 	Targets []scheduler.Target
+	// Allowed is how many of Targets are in budget (set by the reconciler's decide).
+	Allowed int
 	// SecretRefs are the credential Secrets its probes reference (none while the resource has
 	// no pod on this node: nothing to probe, no Secret to watch).
 	SecretRefs []types.NamespacedName
@@ -86,7 +108,7 @@ func Decide(o Observed) Decision {
 		b := binder.Bind(&swh.Spec, pod)
 		clear(results)
 		if b.Publishable {
-			d.Targets = ps.appendTargets(d.Targets, pod, &b, o.Results, results)
+			d.Targets = ps.appendTargets(d.Targets, pod, &b, o.Results, o.Budget, results)
 		}
 		first := len(endpoints)
 		endpoints = b.AppendEvaluate(endpoints, &swh.Spec, results)
@@ -149,8 +171,8 @@ func newProbeSchedule(swh *v1alpha1.ServiceWithHealthchecks) probeSchedule {
 }
 
 // appendTargets appends to targets those of a publishable pod's runnable probes (b is the
-// pod's binding) and puts their current results into results.
-func (ps probeSchedule) appendTargets(targets []scheduler.Target, pod *corev1.Pod, b *portrule.Binding, current scheduler.Results, results portrule.Results) []scheduler.Target {
+// pod's binding) and puts their current results into results: a Fail for those over budget.
+func (ps probeSchedule) appendTargets(targets []scheduler.Target, pod *corev1.Pod, b *portrule.Binding, current scheduler.Results, budget Budget, results portrule.Results) []scheduler.Target {
 	notBefore := pod.CreationTimestamp.Add(ps.initialDelay)
 	if pod.Status.StartTime != nil {
 		notBefore = pod.Status.StartTime.Add(ps.initialDelay)
@@ -168,6 +190,11 @@ func (ps probeSchedule) appendTargets(targets []scheduler.Target, pod *corev1.Po
 			Port:      pb.Port,
 			NotBefore: notBefore,
 			Period:    ps.period,
+		}
+		if budget.over(len(targets)) {
+			results[i] = portrule.ProbeResult{State: portrule.Fail, Reason: ReasonOverBudget}
+			targets = append(targets, t)
+			continue
 		}
 		targets = append(targets, t)
 		if r, ok := current.Of(t.Key); ok {

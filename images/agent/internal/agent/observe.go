@@ -99,6 +99,7 @@ func (r *Reconciler) observe(ctx context.Context, res types.NamespacedName) (Obs
 		Pods:     pods,
 		Slices:   existing,
 		Results:  r.Scheduler.Results(res),
+		Budget:   r.budgetOf(res),
 	}, nil
 }
 

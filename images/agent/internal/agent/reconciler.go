@@ -71,6 +71,7 @@ func newReconciler(c client.Client, node string, m *metrics.Metrics, log logr.Lo
 		nodeWait:  &nodeWait{},
 		windows:   newEventWindows(EventWindow, nil),
 		ownWrites: newOwnWrites(),
+		budget:    newBudgetNotes(),
 	}
 }
 
@@ -103,6 +104,7 @@ type Reconciler struct {
 	nodeWait  *nodeWait
 	windows   *eventWindows
 	ownWrites *ownWrites
+	budget    *budgetNotes
 }
 
 // Reconcile observes, decides, applies and records for one resource on this node.
@@ -124,7 +126,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 
-	d := Decide(o)
+	d := r.decide(o)
 	if !o.Resource.Status.ServiceOwned() {
 		log.V(1).Info("withholding: the child Service is not this resource's own (yet)")
 	}
@@ -140,10 +142,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// The targets and the Secret watches after the write, not before: the write carries a
 	// decided change and waits for nothing else (at 1,000 pods the scheduler's Set costs about
 	// a millisecond); a target set changes nothing until its next probe anyway.
-	r.Scheduler.Set(req.NamespacedName, d.Targets)
+	if r.Scheduler.Set(req.NamespacedName, d.Targets) != d.Allowed {
+		// Another resource's demand moved the shares since decide: decide again.
+		r.budgetChanged(req.NamespacedName)
+	}
 	r.setSecretRefs(req.NamespacedName, d.SecretRefs)
 
 	r.record(o, d, written)
+	r.recordBudget(o, d)
 	if writeErr != nil {
 		return reconcile.Result{}, writeErr
 	}
@@ -159,6 +165,7 @@ func (r *Reconciler) forget(res types.NamespacedName) {
 	r.coalescer.Forget(res)
 	r.gauges.set(res, nil)
 	r.windows.forget(res)
+	r.budget.turnedOver(res, false)
 	r.setSecretRefs(res, nil)
 }
 

@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/deckhouse/service-with-healthchecks/api/probebudget"
 	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
 )
@@ -65,6 +66,11 @@ type Renewer struct {
 	// when zero. It is also read whenever the Lease is created or is not owned by the UID last
 	// read.
 	NodeCheckInterval time.Duration
+
+	// Note, optional, is the probe-budget note written into the Lease's
+	// probebudget.Annotation at each renewal ("" removes it): the controller shows it as the
+	// ProbeBudgetExceeded condition.
+	Note func() string
 
 	// nodeUID is the Node's UID as last read, at nodeChecked (Renew is not concurrent: Start
 	// calls it from one goroutine).
@@ -216,6 +222,13 @@ func (r *Renewer) fill(l *coordinationv1.Lease, now metav1.MicroTime, nodeUID ty
 		l.Annotations = map[string]string{}
 	}
 	l.Annotations[wellknown.AnnotationNode] = r.Node
+	if r.Note != nil {
+		if note := r.Note(); note != "" {
+			l.Annotations[probebudget.Annotation] = note
+		} else {
+			delete(l.Annotations, probebudget.Annotation)
+		}
+	}
 	if l.Labels == nil {
 		l.Labels = map[string]string{}
 	}

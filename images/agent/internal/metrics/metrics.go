@@ -52,8 +52,12 @@ type Metrics struct {
 	SchedulingLag prometheus.Histogram
 	// LateRuns counts probe runs that started more than one period after they were due.
 	LateRuns prometheus.Counter
-	// Targets is the number of (pod, probe) targets the agent probes.
+	// Targets is the number of (pod, probe) targets the agent probes (those in budget).
 	Targets prometheus.Gauge
+	// TargetsOverBudget is the number of targets asked for beyond the probe budget: not probed.
+	TargetsOverBudget prometheus.Gauge
+	// ProbeBudget is the probe budget, --max-probe-targets (0: no bound).
+	ProbeBudget prometheus.Gauge
 	// Endpoints is the number of (pod address, port) endpoints the agent publishes, by state.
 	Endpoints *prometheus.GaugeVec
 	// SliceWrites counts successful EndpointSlice writes by operation.
@@ -159,6 +163,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "swh_agent_probe_targets",
 			Help: "Number of (pod, probe) targets this agent probes.",
 		}),
+		TargetsOverBudget: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "swh_agent_probe_targets_over_budget",
+			Help: "Number of (pod, probe) targets beyond this agent's probe budget: not probed, their ports published not serving (the resources get the ProbeBudgetExceeded condition).",
+		}),
+		ProbeBudget: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "swh_agent_probe_budget_targets",
+			Help: "The most (pod, probe) targets this agent probes, shared fairly between namespaces (--max-probe-targets; 0 is no bound).",
+		}),
 		Endpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "swh_agent_endpoints",
 			Help: "Endpoints (pod address on a Service port) this agent publishes, by state (ready, not_ready, terminating).",
@@ -197,7 +209,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.ProbeDuration, m.ProbeResults, m.ProbeTransitions, m.SchedulingLag, m.LateRuns,
-			m.Targets, m.Endpoints, m.SliceWrites, m.SliceWriteErrors, m.SliceConflicts, m.PortTransitions, m.TransitionEvents, m.CredentialProblems,
+			m.Targets, m.TargetsOverBudget, m.ProbeBudget, m.Endpoints, m.SliceWrites, m.SliceWriteErrors, m.SliceConflicts, m.PortTransitions, m.TransitionEvents, m.CredentialProblems,
 			m.LeaseLastRenew, m.LeaseRenewErrors)
 	}
 	// The build: swh_agent_build_info (development/RELEASING.md).

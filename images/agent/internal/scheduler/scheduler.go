@@ -28,6 +28,12 @@ import (
 
 // Options configure a Scheduler.
 type Options struct {
+	// MaxTargets bounds the targets kept, shared between namespaces (budget.go); 0 is no bound.
+	MaxTargets int
+	// OnBudget is called, after Set returns, for every other resource whose allowance of
+	// targets changed (another namespace's demand moved the shares): it must reconcile
+	// again. It must not block.
+	OnBudget func(resource types.NamespacedName)
 	// Workers bounds how many probes run at once (default 16). One namespace may have at most
 	// Workers divided by the namespaces with targets in flight, never less than one, and one
 	// with runs in flight never takes the reserve (reserveFor) kept for the others.
@@ -63,6 +69,8 @@ type Scheduler struct {
 	// resources and namespaces that have targets or runs in flight.
 	resources  map[types.NamespacedName]*resState
 	namespaces map[string]*nsState
+	// asked is how many targets all resources ask for (admitted or not).
+	asked int
 	// withTargets is how many namespaces have targets (namespaceCap divides the pool by it).
 	withTargets int
 	// timers holds the targets whose next run is not due yet, by due time; a due one moves to
@@ -91,10 +99,15 @@ type Scheduler struct {
 	setMark uint64
 }
 
-// nsState is a namespace with targets or runs in flight.
+// nsState is a namespace with targets, runs in flight or targets asked for.
 type nsState struct {
+	name    string
 	targets int
 	running int
+	// asked is how many targets its resources ask for, allowed its share of the budget
+	// (budget.go); res are its resources that ask for any, by name.
+	asked, allowed int
+	res            []*resState
 }
 
 // resState is a resource with targets or runs in flight.
@@ -105,6 +118,8 @@ type resState struct {
 	// byPod holds the same entries by pod: Results hands them out that way.
 	byPod   map[types.UID][]*entry
 	running int
+	// asked is how many targets the last Set gave, allowed how many of them are in budget.
+	asked, allowed int
 	// queue holds the resource's due runs waiting for a worker, by due time.
 	queue entryHeap
 	// waitIndex is the resource's position in Scheduler.waiting, -1 when not there.
@@ -127,6 +142,9 @@ type entry struct {
 	cancel context.CancelFunc
 	gone   bool
 	mark   uint64 // Scheduler.setMark of the last unchangedLocked that saw it
+	// ordinal is the target's position in what Set was last given for its resource: the
+	// budget keeps a resource's first targets (trimLocked).
+	ordinal int
 
 	run    int  // consecutive runs with the same raw outcome
 	last   bool // that raw outcome
@@ -156,12 +174,17 @@ func New(opts Options) *Scheduler {
 	if opts.OnChange == nil {
 		opts.OnChange = func(Change) {}
 	}
+	if opts.OnBudget == nil {
+		opts.OnBudget = func(types.NamespacedName) {}
+	}
 	if opts.OnLate == nil {
 		opts.OnLate = func(types.NamespacedName, time.Duration) {}
 	}
 	if opts.LateReportInterval <= 0 {
 		opts.LateReportInterval = DefaultLateReportInterval
 	}
+	opts.MaxTargets = max(opts.MaxTargets, 0)
+	opts.Metrics.ProbeBudget.Set(float64(opts.MaxTargets))
 	byMode := map[v1alpha1.ProbeMode]*modeMetrics{}
 	for _, mode := range []v1alpha1.ProbeMode{v1alpha1.ProbeModeTCP, v1alpha1.ProbeModeHTTP, v1alpha1.ProbeModePostgreSQL} {
 		byMode[mode] = newModeMetrics(opts.Metrics, string(mode))
@@ -229,6 +252,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		s.removeLocked(k, e)
 	}
 	s.opts.Metrics.Targets.Set(0)
+	s.opts.Metrics.TargetsOverBudget.Set(0)
 	s.mu.Unlock()
 	return nil
 }

@@ -13,47 +13,103 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/portrule"
 )
 
-// Set makes the targets of resource exactly ts. Targets already known keep their state and
-// schedule; new ones start Unknown; missing ones are forgotten (a running probe is cancelled).
-func (s *Scheduler) Set(resource types.NamespacedName, ts []Target) {
+// Set makes the targets of resource exactly ts, or the first of them its share of the budget
+// allows (budget.go), and returns how many of ts are in budget. Targets already known keep
+// their state and schedule; new ones start Unknown; missing ones and those over budget are
+// forgotten (a running probe is cancelled). When the resource's demand moved the shares, the
+// other resources whose allowance changed are trimmed here and handed to Options.OnBudget.
+func (s *Scheduler) Set(resource types.NamespacedName, ts []Target) int {
 	now := s.opts.Clock.Now()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.unchangedLocked(resource, ts) {
-		return
+	if r := s.resources[resource]; r != nil && r.asked == len(ts) && s.unchangedLocked(resource, ts[:r.allowed]) {
+		s.mu.Unlock()
+		return r.allowed
 	}
-	want := make(map[Key]Target, len(ts))
-	for _, t := range ts {
-		want[t.Key] = t
+	r := s.resourceLocked(resource)
+	notify := s.admitLocked(r, len(ts))
+	allowed := r.allowed
+	s.setLocked(r, ts[:allowed], now)
+	s.dropLocked(r)
+	s.opts.Metrics.Targets.Set(float64(len(s.targets)))
+	s.opts.Metrics.TargetsOverBudget.Set(float64(s.asked - len(s.targets)))
+	s.poke()
+	s.mu.Unlock()
+	for _, name := range notify {
+		s.opts.OnBudget(name)
 	}
-	if r := s.resources[resource]; r != nil {
-		for k, e := range r.entries {
-			if _, ok := want[k]; !ok {
-				s.removeLocked(k, e)
-			}
-		}
+	return allowed
+}
+
+// Admit records that a resource asks for n targets, shares the budget out again when that
+// changed its demand, and returns how many of them are in budget: what Set will keep of n
+// targets, unless another demand changes first. It starts and stops no target of the resource
+// (Set does); the other resources whose allowance changed are trimmed and handed to OnBudget.
+func (s *Scheduler) Admit(resource types.NamespacedName, n int) int {
+	s.mu.Lock()
+	r := s.resourceLocked(resource)
+	notify := s.admitLocked(r, n)
+	allowed := r.allowed
+	s.dropLocked(r)
+	s.opts.Metrics.Targets.Set(float64(len(s.targets)))
+	s.opts.Metrics.TargetsOverBudget.Set(float64(s.asked - len(s.targets)))
+	s.mu.Unlock()
+	for _, name := range notify {
+		s.opts.OnBudget(name)
 	}
-	for k, t := range want {
-		if _, ok := s.targets[k]; ok {
+	return allowed
+}
+
+// admitLocked records r's demand of n targets; when it changed, it shares the budget out again
+// and trims the other resources whose allowance shrank. It returns the other resources whose
+// allowance changed, for OnBudget once the lock is released.
+func (s *Scheduler) admitLocked(r *resState, n int) []types.NamespacedName {
+	if r.asked == n {
+		return nil
+	}
+	s.askLocked(r, n)
+	others := s.allocateLocked(r.ns)
+	notify := make([]types.NamespacedName, 0, len(others))
+	for _, o := range others {
+		if o == r {
 			continue
 		}
-		r := s.resourceLocked(resource)
-		e := &entry{t: t, res: r, index: -1}
+		s.trimLocked(o)
+		notify = append(notify, o.name)
+	}
+	return notify
+}
+
+// setLocked makes the targets of r exactly ts (each keeps its position in ts as its ordinal).
+func (s *Scheduler) setLocked(r *resState, ts []Target, now time.Time) {
+	want := make(map[Key]int, len(ts))
+	for i, t := range ts {
+		want[t.Key] = i
+	}
+	for k, e := range r.entries {
+		if i, ok := want[k]; ok {
+			e.ordinal = i
+		} else {
+			s.removeLocked(k, e)
+		}
+	}
+	for i, t := range ts {
+		if _, ok := r.entries[t.Key]; ok || want[t.Key] != i {
+			continue
+		}
+		e := &entry{t: t, res: r, index: -1, ordinal: i}
 		e.due = t.NotBefore
 		if e.due.Before(now) {
 			e.due = now
 		}
 		e.due = e.due.Add(s.spread(t.Period))
-		s.targets[k] = e
-		r.entries[k] = e
-		r.byPod[k.PodUID] = append(r.byPod[k.PodUID], e)
+		s.targets[t.Key] = e
+		r.entries[t.Key] = e
+		r.byPod[t.Key.PodUID] = append(r.byPod[t.Key.PodUID], e)
 		if r.ns.targets++; r.ns.targets == 1 {
 			s.withTargets++
 		}
 		s.queueLocked(e, inTimers)
 	}
-	s.opts.Metrics.Targets.Set(float64(len(s.targets)))
-	s.poke()
 }
 
 // unchangedLocked tells whether ts are exactly the targets the resource has (a reconcile that
@@ -73,6 +129,7 @@ func (s *Scheduler) unchangedLocked(resource types.NamespacedName, ts []Target) 
 		}
 		if e.mark != s.setMark {
 			e.mark = s.setMark
+			e.ordinal = i
 			distinct++
 		}
 	}
@@ -87,7 +144,7 @@ func (s *Scheduler) resourceLocked(name types.NamespacedName) *resState {
 	}
 	ns := s.namespaces[name.Namespace]
 	if ns == nil {
-		ns = &nsState{}
+		ns = &nsState{name: name.Namespace}
 		s.namespaces[name.Namespace] = ns
 	}
 	r = &resState{name: name, ns: ns, entries: map[Key]*entry{}, byPod: map[types.UID][]*entry{}, waitIndex: -1}
@@ -97,12 +154,12 @@ func (s *Scheduler) resourceLocked(name types.NamespacedName) *resState {
 
 // dropLocked forgets a resource (and its namespace) that has neither targets nor runs in flight.
 func (s *Scheduler) dropLocked(r *resState) {
-	if len(r.entries) > 0 || r.running > 0 || len(r.queue) > 0 {
+	if len(r.entries) > 0 || r.running > 0 || len(r.queue) > 0 || r.asked > 0 {
 		return
 	}
 	delete(s.resources, r.name)
 	s.unwaitLocked(r)
-	if r.ns.targets == 0 && r.ns.running == 0 && s.namespaces[r.name.Namespace] == r.ns {
+	if r.ns.targets == 0 && r.ns.running == 0 && r.ns.asked == 0 && s.namespaces[r.name.Namespace] == r.ns {
 		delete(s.namespaces, r.name.Namespace)
 	}
 }

@@ -224,6 +224,19 @@ func agentsStatus(a *liveness.Agents) *status.Agents {
 	return &status.Agents{Known: j.Known, Stale: j.Stale, Guarded: j.Guarded, LookStale: j.LookStale, LeaseNamespace: a.Namespace}
 }
 
+// overBudget are the agents' reports of the resource over their probe budget; none when
+// agents are not judged.
+func overBudget(a *liveness.Agents, key client.ObjectKey) []status.NodeBudget {
+	if a == nil {
+		return nil
+	}
+	var out []status.NodeBudget
+	for _, nb := range a.OverBudget(key) {
+		out = append(out, status.NodeBudget{Node: nb.Node, Budget: nb.Budget, Asked: nb.Asked, Allowed: nb.Allowed})
+	}
+	return out
+}
+
 // setup registers the reconciler and its watches with mgr; agents is nil when the agents'
 // liveness is not judged.
 func setup(mgr ctrl.Manager, m *metrics.Metrics, writer *slicewrite.Writer, o Options, agents *liveness.Agents) error {
@@ -272,6 +285,8 @@ func setup(mgr ctrl.Manager, m *metrics.Metrics, writer *slicewrite.Writer, o Op
 		// An agent turning stale or fresh, or the guard turning on or off, changes the
 		// AgentsStale condition of the resources with slices on the nodes concerned.
 		b = b.WatchesRawSource(source.Channel(agents.Changes(), handler.EnqueueRequestsFromMapFunc(r.nodeToResources)))
+		// An agent's probe-budget report on a resource changed: its ProbeBudgetExceeded.
+		b = b.WatchesRawSource(source.Channel(agents.BudgetChanges(), &handler.EnqueueRequestForObject{}))
 	}
 	if err := b.Complete(r); err != nil {
 		return fmt.Errorf("creating the controller: %w", err)

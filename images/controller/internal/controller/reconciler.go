@@ -431,6 +431,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, swh *v1alpha1.ServiceWithH
 		Ports:         ports,
 		Neighbours:    neighbours,
 		Agents:        agentsStatus(r.agents),
+		OverBudget:    overBudget(r.agents, client.ObjectKeyFromObject(swh)),
 		Now:           metav1.NewTime(r.now()),
 	})
 	r.metrics.SetPorts(client.ObjectKeyFromObject(swh), computed.Ports)

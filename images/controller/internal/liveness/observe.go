@@ -47,6 +47,9 @@ func (r *Runner) observe(ctx context.Context, period time.Duration) error {
 		nodes.Insert(nodeList.Items[i].Name)
 	}
 	renewals, orphans := AgentRenewals(leases.Items, nodes)
+	if r.Budgets != nil {
+		r.Budgets(ctx, BudgetNotes(leases.Items, nodes))
+	}
 	seen := make(map[string]bool, len(renewals))
 	for node, renew := range renewals {
 		seen[node] = true

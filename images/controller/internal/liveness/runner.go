@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,6 +40,8 @@ type Runner struct {
 	Clock clock.WithTicker
 	// Log receives observation failures.
 	Log logr.Logger
+	// Budgets, optional, receives the probe-budget notes of the Leases read (budget.go).
+	Budgets func(ctx context.Context, notes map[types.NamespacedName][]NodeBudget)
 
 	known   map[string]bool
 	orphans map[string]bool
@@ -128,6 +131,9 @@ type Agents struct {
 
 	board   *Board
 	changes chan event.GenericEvent
+	// budgets and budgetChanges are the probe-budget notes and their changes (budget.go).
+	budgets       *budgetBoard
+	budgetChanges chan event.GenericEvent
 }
 
 // Current is the latest judgement.
@@ -154,7 +160,8 @@ func (a *Agents) notify(ctx context.Context, nodes []string) {
 // Every verdict is published on the returned Agents.
 func Setup(mgr ctrl.Manager, o Options) (*Agents, error) {
 	log := mgr.GetLogger().WithName("liveness")
-	a := &Agents{Namespace: o.Namespace, board: NewBoard(), changes: make(chan event.GenericEvent, changesBuffer)}
+	a := &Agents{Namespace: o.Namespace, board: NewBoard(), changes: make(chan event.GenericEvent, changesBuffer),
+		budgets: &budgetBoard{}, budgetChanges: make(chan event.GenericEvent, changesBuffer)}
 	a.Runner = &Runner{
 		Withdrawer: &Withdrawer{Client: mgr.GetClient(), Slices: o.Writer, Tracker: NewTracker(nil, o.Grace), Metrics: o.Metrics, Log: log,
 			Board: a.board, Notify: a.notify},
@@ -162,6 +169,7 @@ func Setup(mgr ctrl.Manager, o Options) (*Agents, error) {
 		Nodes:     mgr.GetClient(),
 		Namespace: o.Namespace,
 		Log:       log,
+		Budgets:   a.publishBudgets,
 	}
 	if err := mgr.Add(a.Runner); err != nil {
 		return nil, fmt.Errorf("adding the liveness runner: %w", err)

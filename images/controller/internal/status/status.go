@@ -88,6 +88,9 @@ type Observed struct {
 	// Agents is the liveness judgement; nil when the controller does not judge the agents
 	// (the AgentsStale condition is then left as it is).
 	Agents *Agents
+	// OverBudget are the agents' reports of the resource over their probe budget, by node
+	// (only read while Agents is set: the reports come with the liveness runner's reading).
+	OverBudget []NodeBudget
 	// Now stamps conditions whose status changes.
 	Now metav1.Time
 }
@@ -142,6 +145,10 @@ func Compute(o Observed) v1alpha1.ServiceWithHealthchecksStatus {
 		// Deliberately not part of Ready: the endpoints are what the agents published (or
 		// withdrew), and EndpointsAvailable already follows them.
 		conds = append(conds, withType(agentsStale(o.Agents, o.Slices), v1alpha1.ConditionAgentsStale))
+		// Not part of Ready either: the ports over budget show as not serving.
+		if c := probeBudget(o.Resource.Status.Conditions, o.OverBudget); c != nil {
+			conds = append(conds, *c)
+		}
 	}
 	for _, c := range conds {
 		c.ObservedGeneration = o.Resource.Generation
