@@ -105,6 +105,25 @@ func TestPodRefs(t *testing.T) {
 	assert.Equal(t, []string{"a", "b"}, got)
 }
 
+func TestSuspects(t *testing.T) {
+	refs := []string{"a", "b", "c"}
+	tests := []struct {
+		name   string
+		forged []Forged
+		want   []string
+	}{
+		{"none", nil, nil},
+		{"each pod once", []Forged{{Address: "1", Pod: "a"}, {Address: "2", Pod: "a"}, {Address: "3", Pod: "c"}}, []string{"a", "c"}},
+		{"no targetRef is not read", []Forged{{Address: "1"}}, nil},
+		{"a pod of another namespace is not read", []Forged{{Address: "1", Pod: "x"}}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, suspects(tc.forged, refs))
+		})
+	}
+}
+
 func TestConfirmer(t *testing.T) {
 	const w = time.Second
 	t0 := time.Unix(1000, 0)
