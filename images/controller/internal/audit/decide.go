@@ -130,7 +130,10 @@ func check(in Input, e *discoveryv1.Endpoint) string {
 	if pod.Spec.NodeName != in.Node {
 		return fmt.Sprintf("pod %s runs on node %s, not %s", name, pod.Spec.NodeName, in.Node)
 	}
-	if e.NodeName != nil && *e.NodeName != in.Node {
+	if e.NodeName == nil {
+		return fmt.Sprintf("the endpoint of pod %s names no node", name)
+	}
+	if *e.NodeName != in.Node {
 		return fmt.Sprintf("the endpoint of pod %s names node %s, not %s", name, *e.NodeName, in.Node)
 	}
 	if len(in.Selector) == 0 || !labels.SelectorFromSet(in.Selector).Matches(labels.Set(pod.Labels)) {

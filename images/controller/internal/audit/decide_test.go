@@ -65,6 +65,7 @@ func TestDecide(t *testing.T) {
 		{"wrong address", ep("10.9.9.9", "web-1", "uid-1"), nil, "address 10.9.9.9 is not an IP of pod web-1"},
 		{"pod on another node", ep("10.0.0.7", "web-2", "uid-3"), nil, "pod web-2 runs on node node-b, not node-a"},
 		{"endpoint names another node", ep("10.0.0.5", "web-1", "uid-1", func(e *discoveryv1.Endpoint) { e.NodeName = ptr.To("node-c") }), nil, "the endpoint of pod web-1 names node node-c, not node-a"},
+		{"endpoint names no node", ep("10.0.0.5", "web-1", "uid-1", func(e *discoveryv1.Endpoint) { e.NodeName = nil }), nil, "the endpoint of pod web-1 names no node"},
 		{"not selected", ep("10.0.0.6", "db-1", "uid-2"), nil, "the resource does not select pod db-1"},
 		{"empty selector selects nothing", ep("10.0.0.5", "web-1", "uid-1"), map[string]string{}, "the resource does not select pod web-1"},
 	}

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/audit"
 )
 
@@ -239,4 +240,32 @@ func TestForgedAuditReadsAConstantNumberOfPods(t *testing.T) {
 		return reads.n.Load()-readsBefore == 2*(audited()-auditsBefore) && audited() > auditsBefore
 	}, wait, tick, "two Pod reads per audit with one forged endpoint (reads %d, audits %d)",
 		reads.n.Load()-readsBefore, audited()-auditsBefore)
+}
+
+// TestLegacySliceWithAnEndpointNamingNoNodeIsDeletedByTheAudit: a slice written before the
+// node-bound rules, whose endpoint names no node, is one the agent's policy lets no agent
+// update or delete (tests/cluster TestLegacySliceNoAgentMayChangeIsLeftToTheControllersAudit):
+// the audit deletes it even though its endpoint names the right Pod at its address on its node,
+// so no agent is left failing to update it.
+func TestLegacySliceWithAnEndpointNamingNoNodeIsDeletedByTheAudit(t *testing.T) {
+	ns := env.CreateNamespaceForTest(t, "legacy")
+	run := startController(t, ns, func(o *Options) { o.SkipAudit = false })
+	swh := auditedResource(t, ns)
+	nodeName := ns + "-node-a"
+	node(t, nodeName)
+	pod := runningPod(t, ns, "web-1", nodeName, "10.1.0.5", map[string]string{"app": "web"})
+	noNode := endpointOf(pod, "10.1.0.5", nodeName)
+	noNode.NodeName = nil
+	legacy := slice(t, ns, "web", swh.UID, "http", nodeName, withEndpoints(noNode), func(s *discoveryv1.EndpointSlice) {
+		delete(s.Labels, wellknown.LabelNodeKey)
+	})
+	gone(t, legacy, "the legacy slice is deleted")
+	assert.Equal(t, float64(1), testutil.ToFloat64(run.metrics.ForgedSlices))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		found := false
+		for _, e := range eventsAbout(t, ns, "web", audit.EventForged) {
+			found = found || strings.Contains(e.Note, "the endpoint of pod web-1 names no node")
+		}
+		assert.True(c, found, "an Event says why")
+	}, wait, tick)
 }
