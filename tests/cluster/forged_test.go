@@ -245,3 +245,58 @@ func TestForgedEndpointRuleLeavesNoAgentStuckOnASliceWrittenBeforeIt(t *testing.
 		}},
 	})
 }
+
+// TestLegacySliceNoAgentMayChangeIsLeftToTheControllersAudit: a slice of node-a written before
+// the node-bound rules with an endpoint that names no node (by hand or by a release before
+// endpoints carried nodeName) fails a rule the agent's policy checks on the object before the
+// write too, so node-a's agent may neither label it, replace its endpoints, nor delete it: no
+// retry of the agent can get past it (its start-up labelling skips a refused slice:
+// images/agent/internal/agent TestLegacySliceWhoseLabellingIsRefusedDoesNotStopTheAgent). The
+// controller's delete of it, with the preconditions its audit sends, is admitted: the audit
+// deletes such a slice (an endpoint without nodeName is one no agent writes,
+// images/controller/internal/controller TestLegacySliceWithAnEndpointNamingNoNodeIsDeletedByTheAudit),
+// and the agent then creates its own.
+func TestLegacySliceNoAgentMayChangeIsLeftToTheControllersAudit(t *testing.T) {
+	enforcePolicies(t)
+	tenant := env.CreateNamespaceForTest(t, "tenant")
+	a := podClient(t, "agent", nodeA)
+	ctl := podClient(t, "controller", "legacy-control-plane")
+
+	legacy := func(resource string) *discoveryv1.EndpointSlice {
+		s := ourSlice(tenant, resource, nodeA, nodeA)
+		delete(s.Labels, wellknown.LabelNodeKey)
+		s.Endpoints[0].NodeName = nil
+		return created(t, s)
+	}
+	runWrites(t, a, map[string]writeCase{
+		"the agent's start-up labelling of it is refused": {refusal: refusedEndpointNode, do: func(ctx context.Context, c client.Client) error {
+			s := legacy("labelled")
+			s.Labels[wellknown.LabelNodeKey] = slicemeta.NodeKey(nodeA)
+			return c.Update(ctx, s)
+		}},
+		"the agent's replacement of its endpoints is refused": {refusal: refusedEndpointNode, do: func(ctx context.Context, c client.Client) error {
+			s := legacy("replaced")
+			want := ourSlice(tenant, "replaced", nodeA, nodeA)
+			s.Labels, s.Endpoints = want.Labels, want.Endpoints
+			return c.Update(ctx, s)
+		}},
+		"the agent's delete of it is refused": {refusal: refusedEndpointNode, do: func(ctx context.Context, c client.Client) error {
+			s := legacy("deleted")
+			return c.Delete(ctx, s, client.Preconditions{UID: &s.UID, ResourceVersion: &s.ResourceVersion})
+		}},
+	})
+	runWrites(t, ctl, map[string]writeCase{
+		"the controller's delete of it, with preconditions, is admitted": {do: func(ctx context.Context, c client.Client) error {
+			s := legacy("audited")
+			if err := c.Delete(ctx, s, client.Preconditions{UID: &s.UID, ResourceVersion: &s.ResourceVersion}); err != nil {
+				return err
+			}
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(s), s); !apierrors.IsNotFound(err) {
+				t.Errorf("the legacy slice is still there (%v)", err)
+			}
+			return nil
+		}},
+	})
+	// With the legacy slice gone, the agent's own slice for the port is admitted.
+	require.NoError(t, a.Create(t.Context(), ourSlice(tenant, "audited", nodeA, nodeA)), "the agent creates its own slice in its place")
+}

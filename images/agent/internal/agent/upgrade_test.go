@@ -5,14 +5,19 @@ package agent_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
@@ -67,4 +72,46 @@ func TestAnUpgradedAgentAdoptsSlicesWithoutTheNodeKeyWithoutFlapping(t *testing.
 	assert.Empty(t, s.ManagedFields, "the label is written as every update is: without managedFields")
 	assert.Equal(t, 0.0, testutil.ToFloat64(second.Metrics.SliceWriteErrors.WithLabelValues("update")))
 	assert.Equal(t, 1.0, testutil.ToFloat64(second.Metrics.SliceWrites.WithLabelValues("update")), "the label is counted as the publisher's one update")
+}
+
+// A slice of this node written before the node key label that the API server refuses to change
+// (Forbidden: here a ValidatingAdmissionPolicy refuses every update of it, as the chart's
+// policy refuses a legacy slice for a reserved Service) does not stop the agent: the start-up
+// labelling tries it once, skips it, and the agent goes on to publish its resources. Removing
+// such a slice is the controller's audit's (development/CONTROLLER.md).
+func TestLegacySliceWhoseLabellingIsRefusedDoesNotStopTheAgent(t *testing.T) {
+	c := testCluster(t)
+	ns := c.Env.CreateNamespaceForTest(t, "legacy")
+	key := slicemeta.SliceKey{Resource: "old", Port: "http", Node: "node-a"}
+	legacyLabels := key.Labels()
+	delete(legacyLabels, wellknown.LabelNodeKey)
+	legacy := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: ns, Name: key.Name(), Labels: legacyLabels, Annotations: key.Annotations(),
+			OwnerReferences: []metav1.OwnerReference{slicemeta.OwnerReference("old", "old-uid")},
+		},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{
+			Addresses: []string{"10.9.9.9"}, NodeName: ptr.To("node-a"),
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
+		}},
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](8080)}},
+	}
+	require.NoError(t, c.Env.Client.Create(t.Context(), legacy))
+	refuseSliceUpdates(t, c, ns, "old")
+	require.Eventually(t, func() bool { return refused(t, c, ns, legacy.Name) }, time.Minute, 100*time.Millisecond,
+		"the API server refuses to change the legacy slice")
+
+	labels := map[string]string{"app": "web"}
+	p := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-0", Node: "node-a", Labels: labels, ContainerPorts: vmPorts})
+	p.ServeHTTP(t, 8080)
+	createResource(t, c, ns, "web", labels, []v1alpha1.ServicePort{namedPort("http", 80, intstr.FromInt32(8080))}, httpProbe(intstr.FromInt32(8080), 1, 1))
+	a := startAgent(t, c, "node-a")
+	eventuallySlices(t, c, ns, "web", map[string]map[string]string{"web-http-node-a": {ip(p): "TTF"}})
+
+	assert.GreaterOrEqual(t, testutil.ToFloat64(a.Metrics.SliceWriteErrors.WithLabelValues("update")), 1.0, "the labelling was tried and refused")
+	got := &discoveryv1.EndpointSlice{}
+	require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKeyFromObject(legacy), got))
+	assert.NotContains(t, got.Labels, wellknown.LabelNodeKey, "the refused slice is skipped, unchanged")
+	assert.Equal(t, legacy.ResourceVersion, got.ResourceVersion)
 }

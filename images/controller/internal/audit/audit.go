@@ -25,6 +25,9 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
 )
 
+// podNodeField is the Pods' field selector by node, served by the API server.
+const podNodeField = "spec.nodeName"
+
 // EventForged is the reason of the Event recorded when a forged slice is deleted.
 const EventForged = "ForgedEndpointSlice"
 
@@ -40,7 +43,8 @@ type SliceDeleter interface {
 type Auditor struct {
 	// Client reads slices and resources from the manager's cache.
 	Client client.Reader
-	// Pods reads Pods uncached, from the API server (the re-read before deciding).
+	// Pods reads Pods uncached, from the API server: one LIST of the slice's node's Pods per
+	// audit, then a GET of each Pod whose endpoint fails against it (the re-read before deciding).
 	Pods client.Reader
 	// Deleter deletes forged slices.
 	Deleter SliceDeleter
@@ -89,8 +93,8 @@ func Setup(mgr ctrl.Manager, m *metrics.Metrics, recorder events.EventRecorder, 
 	return nil
 }
 
-// Reconcile audits one slice: observe (slice and resource from the cache, Pods from the API
-// server), decide, and once a mismatch has lasted the window, apply.
+// Reconcile audits one slice: observe (slice and resource from the cache, the node's Pods in one
+// LIST from the API server, the suspects' Pods again one by one), decide, and once a mismatch has lasted the window, apply.
 func (a *Auditor) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var s discoveryv1.EndpointSlice
 	if err := a.Client.Get(ctx, req.NamespacedName, &s); err != nil {
@@ -126,19 +130,52 @@ func (a *Auditor) observe(ctx context.Context, s *discoveryv1.EndpointSlice) (In
 	if err != nil {
 		return Input{}, false, fmt.Errorf("reading the resource of slice %s/%s: %w", s.Namespace, s.Name, err)
 	}
-	in := Input{Namespace: s.Namespace, Node: slicemeta.NodeOf(s), Selector: swh.Spec.Selector, Endpoints: s.Endpoints, Pods: map[string]*corev1.Pod{}}
-	for _, name := range PodRefs(s.Namespace, s.Endpoints) {
+	in := Input{Namespace: s.Namespace, Node: slicemeta.NodeOf(s), Selector: swh.Spec.Selector, Endpoints: s.Endpoints}
+	refs := PodRefs(s.Namespace, s.Endpoints)
+	if len(refs) == 0 {
+		in.Pods = map[string]*corev1.Pod{}
+		return in, true, nil
+	}
+	if in.Pods, err = a.podsOnNode(ctx, s.Namespace, in.Node); err != nil {
+		return Input{}, false, err
+	}
+	if err := a.reread(ctx, &in, refs); err != nil {
+		return Input{}, false, err
+	}
+	return in, true, nil
+}
+
+// podsOnNode reads, in one uncached LIST, the Pods of the namespace bound to the slice's node:
+// an honest slice names only those, so one request serves all its endpoints however many.
+func (a *Auditor) podsOnNode(ctx context.Context, namespace, node string) (map[string]*corev1.Pod, error) {
+	var list corev1.PodList
+	if err := a.Pods.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{podNodeField: node}); err != nil {
+		return nil, fmt.Errorf("listing the pods of %s on node %q: %w", namespace, node, err)
+	}
+	pods := make(map[string]*corev1.Pod, len(list.Items))
+	for i := range list.Items {
+		pods[list.Items[i].Name] = &list.Items[i]
+	}
+	return pods, nil
+}
+
+// reread reads again, one GET each, the Pods of the endpoints that fail against the LIST (a Pod
+// that moved, was recreated or changed since): the honest race is re-read, then decided, and
+// the Event names what the Pod really is. Only the suspects cost a request.
+func (a *Auditor) reread(ctx context.Context, in *Input, refs []string) error {
+	for _, name := range suspects(Decide(*in), refs) {
 		var pod corev1.Pod
-		err := a.Pods.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, &pod)
+		err := a.Pods.Get(ctx, client.ObjectKey{Namespace: in.Namespace, Name: name}, &pod)
 		switch {
 		case apierrors.IsNotFound(err):
+			delete(in.Pods, name)
 		case err != nil:
-			return Input{}, false, fmt.Errorf("reading pod %s/%s: %w", s.Namespace, name, err)
+			return fmt.Errorf("reading pod %s/%s: %w", in.Namespace, name, err)
 		default:
 			in.Pods[name] = &pod
 		}
 	}
-	return in, true, nil
+	return nil
 }
 
 // apply deletes the forged slice, then records the Event (on the slice's resource) and counts.

@@ -26,8 +26,8 @@ type Input struct {
 	Selector map[string]string
 	// Endpoints are the slice's endpoints.
 	Endpoints []discoveryv1.Endpoint
-	// Pods are the Pods the endpoints' targetRefs name, by name, as read from the API server;
-	// a name absent from the map is a Pod that does not exist.
+	// Pods are Pods of the namespace by name, as read from the API server: at least those the
+	// endpoints' targetRefs name that exist; a name absent from the map is a Pod that does not.
 	Pods map[string]*corev1.Pod
 }
 
@@ -57,6 +57,18 @@ func PodRefs(namespace string, endpoints []discoveryv1.Endpoint) []string {
 		e := &endpoints[i]
 		if Routes(e) && isPodOf(e, namespace) && !slices.Contains(out, e.TargetRef.Name) {
 			out = append(out, e.TargetRef.Name)
+		}
+	}
+	return out
+}
+
+// suspects are the names among refs of the Pods that forged endpoints name, each once: the
+// Pods to read again before deciding.
+func suspects(forged []Forged, refs []string) []string {
+	var out []string
+	for _, f := range forged {
+		if slices.Contains(refs, f.Pod) && !slices.Contains(out, f.Pod) {
+			out = append(out, f.Pod)
 		}
 	}
 	return out
@@ -118,7 +130,10 @@ func check(in Input, e *discoveryv1.Endpoint) string {
 	if pod.Spec.NodeName != in.Node {
 		return fmt.Sprintf("pod %s runs on node %s, not %s", name, pod.Spec.NodeName, in.Node)
 	}
-	if e.NodeName != nil && *e.NodeName != in.Node {
+	if e.NodeName == nil {
+		return fmt.Sprintf("the endpoint of pod %s names no node", name)
+	}
+	if *e.NodeName != in.Node {
 		return fmt.Sprintf("the endpoint of pod %s names node %s, not %s", name, *e.NodeName, in.Node)
 	}
 	if len(in.Selector) == 0 || !labels.SelectorFromSet(in.Selector).Matches(labels.Set(pod.Labels)) {

@@ -65,6 +65,7 @@ func TestDecide(t *testing.T) {
 		{"wrong address", ep("10.9.9.9", "web-1", "uid-1"), nil, "address 10.9.9.9 is not an IP of pod web-1"},
 		{"pod on another node", ep("10.0.0.7", "web-2", "uid-3"), nil, "pod web-2 runs on node node-b, not node-a"},
 		{"endpoint names another node", ep("10.0.0.5", "web-1", "uid-1", func(e *discoveryv1.Endpoint) { e.NodeName = ptr.To("node-c") }), nil, "the endpoint of pod web-1 names node node-c, not node-a"},
+		{"endpoint names no node", ep("10.0.0.5", "web-1", "uid-1", func(e *discoveryv1.Endpoint) { e.NodeName = nil }), nil, "the endpoint of pod web-1 names no node"},
 		{"not selected", ep("10.0.0.6", "db-1", "uid-2"), nil, "the resource does not select pod db-1"},
 		{"empty selector selects nothing", ep("10.0.0.5", "web-1", "uid-1"), map[string]string{}, "the resource does not select pod web-1"},
 	}
@@ -103,6 +104,25 @@ func TestPodRefs(t *testing.T) {
 	foreign := ep("10.0.0.8", "x", "u", func(e *discoveryv1.Endpoint) { e.TargetRef.Namespace = "other" })
 	got := PodRefs("ns", []discoveryv1.Endpoint{ep("1", "a", "u"), ep("2", "a", "u"), ep("3", "b", "u"), withdrawn, foreign})
 	assert.Equal(t, []string{"a", "b"}, got)
+}
+
+func TestSuspects(t *testing.T) {
+	refs := []string{"a", "b", "c"}
+	tests := []struct {
+		name   string
+		forged []Forged
+		want   []string
+	}{
+		{"none", nil, nil},
+		{"each pod once", []Forged{{Address: "1", Pod: "a"}, {Address: "2", Pod: "a"}, {Address: "3", Pod: "c"}}, []string{"a", "c"}},
+		{"no targetRef is not read", []Forged{{Address: "1"}}, nil},
+		{"a pod of another namespace is not read", []Forged{{Address: "1", Pod: "x"}}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, suspects(tc.forged, refs))
+		})
+	}
 }
 
 func TestConfirmer(t *testing.T) {

@@ -4,8 +4,11 @@
 package controller
 
 import (
+	"fmt"
+	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,10 +18,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/audit"
 )
 
@@ -168,4 +173,99 @@ func TestForgedNotAPodWhoseIPChangedAndWasRepublishedWithinTheWindow(t *testing.
 	update(t, s, func(s *discoveryv1.EndpointSlice) { s.Annotations["touch"] = "4" })
 	gone(t, s, "a mismatch that outlasts the window is a forgery")
 	assert.Equal(t, float64(1), testutil.ToFloat64(run.metrics.ForgedSlices))
+}
+
+// podReads counts the requests for Pods of one namespace that pass through a rest.Config: the
+// controller has no Pod informer, so every one is an audit's read.
+type podReads struct {
+	prefix string
+	n      atomic.Int64
+}
+
+func (p *podReads) RoundTrip(next http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if req.Method == http.MethodGet && strings.HasPrefix(req.URL.Path, p.prefix) {
+			p.n.Add(1)
+		}
+		return next.RoundTrip(req)
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// TestForgedAuditReadsAConstantNumberOfPods: the audit of an honest slice of N endpoints costs
+// one API read (the LIST of its node's Pods), not N; a forged endpoint costs one more read (its
+// Pod read again before deciding), and the slice is still deleted.
+func TestForgedAuditReadsAConstantNumberOfPods(t *testing.T) {
+	const n = 100
+	ns := env.CreateNamespaceForTest(t, "forged-reads")
+	reads := &podReads{prefix: "/api/v1/namespaces/" + ns + "/pods"}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(reads.RoundTrip)
+	run := startControllerOn(t, cfg, ns, func(o *Options) { o.SkipAudit = false })
+	swh := auditedResource(t, ns)
+	nodeName := ns + "-node-a"
+	node(t, nodeName)
+	eps := make([]discoveryv1.Endpoint, 0, n)
+	var first *corev1.Pod
+	for i := range n {
+		ip := fmt.Sprintf("10.2.%d.%d", i/200, i%200+1)
+		pod := runningPod(t, ns, fmt.Sprintf("web-%d", i), nodeName, ip, map[string]string{"app": "web"})
+		if first == nil {
+			first = pod
+		}
+		eps = append(eps, endpointOf(pod, ip, nodeName))
+	}
+	audited := func() int64 { return int64(testutil.ToFloat64(run.metrics.AuditedSlices)) }
+	s := slice(t, ns, "web", swh.UID, "http", nodeName, withEndpoints(eps...))
+	for i := range 5 {
+		before := audited()
+		update(t, s, func(s *discoveryv1.EndpointSlice) { s.Annotations["touch"] = fmt.Sprint(i) })
+		require.Eventually(t, func() bool { return audited() > before }, wait, tick, "the touched slice is audited")
+	}
+	// Reads precede the count of an audit: once both settle, one read per audit.
+	require.Eventually(t, func() bool { return reads.n.Load() == audited() && audited() >= 5 }, wait, tick,
+		"one Pod read per audit of an honest %d-endpoint slice (reads %d, audits %d)", n, reads.n.Load(), audited())
+	assert.Zero(t, testutil.ToFloat64(run.metrics.ForgedSlices))
+
+	readsBefore, auditsBefore := reads.n.Load(), audited()
+	update(t, s, func(s *discoveryv1.EndpointSlice) {
+		s.Endpoints = append(s.Endpoints, endpointOf(first, "10.9.9.9", nodeName))
+	})
+	gone(t, s, "the slice with a forged endpoint is deleted")
+	assert.Equal(t, float64(1), testutil.ToFloat64(run.metrics.ForgedSlices))
+	require.Eventually(t, func() bool {
+		return reads.n.Load()-readsBefore == 2*(audited()-auditsBefore) && audited() > auditsBefore
+	}, wait, tick, "two Pod reads per audit with one forged endpoint (reads %d, audits %d)",
+		reads.n.Load()-readsBefore, audited()-auditsBefore)
+}
+
+// TestLegacySliceWithAnEndpointNamingNoNodeIsDeletedByTheAudit: a slice written before the
+// node-bound rules, whose endpoint names no node, is one the agent's policy lets no agent
+// update or delete (tests/cluster TestLegacySliceNoAgentMayChangeIsLeftToTheControllersAudit):
+// the audit deletes it even though its endpoint names the right Pod at its address on its node,
+// so no agent is left failing to update it.
+func TestLegacySliceWithAnEndpointNamingNoNodeIsDeletedByTheAudit(t *testing.T) {
+	ns := env.CreateNamespaceForTest(t, "legacy")
+	run := startController(t, ns, func(o *Options) { o.SkipAudit = false })
+	swh := auditedResource(t, ns)
+	nodeName := ns + "-node-a"
+	node(t, nodeName)
+	pod := runningPod(t, ns, "web-1", nodeName, "10.1.0.5", map[string]string{"app": "web"})
+	noNode := endpointOf(pod, "10.1.0.5", nodeName)
+	noNode.NodeName = nil
+	legacy := slice(t, ns, "web", swh.UID, "http", nodeName, withEndpoints(noNode), func(s *discoveryv1.EndpointSlice) {
+		delete(s.Labels, wellknown.LabelNodeKey)
+	})
+	gone(t, legacy, "the legacy slice is deleted")
+	assert.Equal(t, float64(1), testutil.ToFloat64(run.metrics.ForgedSlices))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		found := false
+		for _, e := range eventsAbout(t, ns, "web", audit.EventForged) {
+			found = found || strings.Contains(e.Note, "the endpoint of pod web-1 names no node")
+		}
+		assert.True(c, found, "an Event says why")
+	}, wait, tick)
 }

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -54,6 +55,12 @@ type running struct {
 // options (leader election, field manager). It stops when the test ends, or on stop().
 func startController(t *testing.T, ns string, mutate func(*Options)) *running {
 	t.Helper()
+	return startControllerOn(t, env.Config, ns, mutate)
+}
+
+// startControllerOn is startController talking to the API server through cfg.
+func startControllerOn(t *testing.T, cfg *rest.Config, ns string, mutate func(*Options)) *running {
+	t.Helper()
 	log := logr.Discard()
 	if os.Getenv("SWH_TEST_LOG") == "1" {
 		log = zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr))
@@ -70,7 +77,7 @@ func startController(t *testing.T, ns string, mutate func(*Options)) *running {
 	if mutate != nil {
 		mutate(&o)
 	}
-	mgr, m, err := NewManager(env.Config, o)
+	mgr, m, err := NewManager(cfg, o)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
