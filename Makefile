@@ -77,6 +77,10 @@ test: deps ## Run every test of every module (real API server, real servers); bu
 	@tools/build.sh kube
 	@GO_TEST_FLAGS="$(GO_TEST_FLAGS)" MODULES="$(MODULES)" STANDALONE="$(STANDALONE)" hack/test.sh
 
+.PHONY: test-race
+test-race: deps test-tools ## Run the agent's, the controller's and testkit's tests with -race and the informer-cache mutation detector (hack/test-race.sh); PKGS="./x/..." picks packages.
+	@hack/test-race.sh $(PKGS)
+
 .PHONY: bench
 bench: deps tools ## Run every benchmark suite (bench/run.sh: bench/*/run.sh in order) and print one markdown report; BENCH_SUITES="a b" picks suites.
 	bench/run.sh

@@ -37,6 +37,10 @@ type build struct {
 // -o` skips linking when the binary there is up to date; then it is copied into a temporary
 // folder of this process, which a later rebuild cannot change while the program runs. Inside an
 // isolated test binary that folder is on the binary's private tmpfs and vanishes with it.
+//
+// A test binary built with -race (make test-race) builds the programs with -race as well, so
+// the race detector watches the programs the tests start too; their binaries have names of
+// their own (a "-race" suffix), so a race run never replaces the binaries `make test` reuses.
 func Build(module, pkg string) (string, error) {
 	key := module + " " + pkg
 	builds.Lock()
@@ -74,9 +78,17 @@ func buildOnce(module, pkg string) (string, error) {
 	// One cached binary per module and package: images/controller ./cmd/controller is
 	// images-controller-cmd-controller.
 	name := strings.NewReplacer("/", "-", ".", "").Replace(strings.Trim(module+"/"+pkg, "/"))
+	args := []string{"build"}
+	if raceBuild {
+		name += "-race"
+		args = append(args, "-race")
+	}
 	cached := filepath.Join(cacheDir, name)
-	cmd := exec.Command("go", "build", "-o", cached, pkg)
+	cmd := exec.Command("go", append(args, "-o", cached, pkg)...)
 	cmd.Dir = filepath.Join(root, module)
+	if raceBuild {
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1") // -race needs cgo
+	}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building %s/%s: %w: %s", module, pkg, err, out)
 	}

@@ -23,6 +23,14 @@ import (
 	"time"
 )
 
+// ErrDataRace is what Stop wraps when a program built with -race (Build in a test binary built
+// with -race) exited with the race detector's status: it found a data race.
+var ErrDataRace = errors.New("the race detector found a data race")
+
+// raceExitCode is the status a program built with -race exits with when it found a race
+// (GORACE's exitcode, 66 unless set).
+const raceExitCode = 66
+
 // DefaultGrace is how long a program may take to exit after SIGTERM before it is killed.
 const DefaultGrace = 30 * time.Second
 
@@ -108,7 +116,9 @@ func StartForTest(t testing.TB, name string, cmd *exec.Cmd) *Process {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := p.Stop(); err != nil {
+		if err := p.Stop(); errors.Is(err, ErrDataRace) {
+			t.Error(err)
+		} else if err != nil {
 			t.Log(err)
 		}
 		if t.Failed() {
@@ -186,7 +196,8 @@ func (p *Process) Output(limit int64) string {
 
 // Stop sends SIGTERM to the program (its PID, or its group with Options.Group), waits up to
 // the grace, then kills it, and returns once it has exited. A program that had to be killed is
-// an error; one that exited before is not.
+// an error; one that exited before is not, unless the race detector made it exit (ErrDataRace,
+// in a test binary built with -race).
 func (p *Process) Stop() error {
 	var err error
 	if !p.Exited() {
@@ -204,6 +215,10 @@ func (p *Process) Stop() error {
 	if p.opts.Group {
 		// Children that outlived the group's leader.
 		_ = syscall.Kill(-p.PID(), syscall.SIGKILL)
+	}
+	var exitErr *exec.ExitError
+	if raceBuild && errors.As(p.err, &exitErr) && exitErr.ExitCode() == raceExitCode {
+		err = errors.Join(err, fmt.Errorf("%s (pid %d): %w; its output ends with:\n%s", p.name, p.PID(), ErrDataRace, p.Output(16<<10)))
 	}
 	return err
 }

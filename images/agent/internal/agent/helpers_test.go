@@ -28,6 +28,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/scheduler"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
 )
 
 // shared is one cluster (API server, two nodes, one kube-proxy) for the tests; each test uses
@@ -35,8 +36,10 @@ import (
 var shared cluster.Shared
 
 // TestMain isolates the binary (own network, mount and PID namespaces), stops the shared
-// cluster after the tests and fails the package if they leave anything.
+// cluster after the tests and fails the package if they leave anything. The informer-cache
+// mutation detector is on: the reconciler reads pods and slices without copies.
 func TestMain(m *testing.M) {
+	controlplane.DetectCacheMutations()
 	cluster.Main(m, cluster.Options{
 		KubeProxy: true,
 		Nodes:     []cluster.Node{{Name: "node-a", Zone: "zone-a"}, {Name: "node-b", Zone: "zone-b"}},

@@ -42,7 +42,12 @@ const (
 	tick = 50 * time.Millisecond
 )
 
-func TestMain(m *testing.M) { controlplane.Main(m, controlplane.Options{}, &env) }
+// TestMain runs the tests with the informer-cache mutation detector on: the reconciler lists
+// slices without copies.
+func TestMain(m *testing.M) {
+	controlplane.DetectCacheMutations()
+	controlplane.Main(m, controlplane.Options{}, &env)
+}
 
 // running is a controller started by a test.
 type running struct {

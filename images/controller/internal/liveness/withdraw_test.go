@@ -35,7 +35,12 @@ import (
 
 var env *controlplane.Env
 
-func TestMain(m *testing.M) { controlplane.Main(m, controlplane.Options{}, &env) }
+// TestMain runs the tests with the informer-cache mutation detector on: the observer lists
+// nodes and slices without copies.
+func TestMain(m *testing.M) {
+	controlplane.DetectCacheMutations()
+	controlplane.Main(m, controlplane.Options{}, &env)
+}
 
 // slice is one of our slices of resource/port "http" on node, owned by uid, with one endpoint
 // whose conditions are ready and serving.
