@@ -4,7 +4,6 @@
 package agent_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -22,8 +20,6 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/agent"
-	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/prober"
-	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/scheduler"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 )
 
@@ -74,23 +70,7 @@ func BenchmarkBudget(b *testing.B) {
 	vp.ServeHTTP(b, 8080)
 	createProbedResource(b, c, victim, "victim", victimLabels, 1, ports, httpProbe(intstr.FromInt32(8080), 1, 3))
 
-	lags := &lagLog{}
-	pr := agent.ProberRunner(prober.New(prober.Options{}))
-	runner := scheduler.RunnerFunc(func(ctx context.Context, t scheduler.Target) scheduler.Outcome {
-		if due, ok := scheduler.Due(ctx); ok && t.Namespace == victim {
-			lags.add(time.Since(due))
-		}
-		return pr.Run(ctx, t)
-	})
-	a, err := agent.New(agent.Options{
-		NodeName: "node-a", Config: c.Env.Config, MetricsBindAddress: "0", HealthProbeBindAddress: "0",
-		Registry: prometheus.NewRegistry(), SkipNameValidation: true, Runner: runner, MaxProbeTargets: budget,
-	})
-	require.NoError(b, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	b.Cleanup(func() { cancel(); assert.NoError(b, <-done) })
+	a, lags := runAgentMeasuringLag(b, c, victim, budget)
 
 	asked := pods*resources*probesPerResource + 1
 	start := time.Now()

@@ -246,23 +246,7 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 		Labels: labels, ContainerPorts: vmPorts})
 	createProbedResource(b, c, calm, "web", labels, period, ports, httpProbe(intstr.FromInt32(8080), 1, failureThreshold))
 
-	lags := &lagLog{}
-	pr := agent.ProberRunner(prober.New(prober.Options{}))
-	runner := scheduler.RunnerFunc(func(ctx context.Context, t scheduler.Target) scheduler.Outcome {
-		if due, ok := scheduler.Due(ctx); ok && t.Namespace == calm {
-			lags.add(time.Since(due))
-		}
-		return pr.Run(ctx, t)
-	})
-	a, err := agent.New(agent.Options{
-		NodeName: "node-a", Config: c.Env.Config, MetricsBindAddress: "0", HealthProbeBindAddress: "0",
-		Registry: prometheus.NewRegistry(), SkipNameValidation: true, Runner: runner,
-	})
-	require.NoError(b, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	b.Cleanup(func() { cancel(); assert.NoError(b, <-done) })
+	a, lags := runAgentMeasuringLag(b, c, calm, 0)
 
 	w := watchReadiness(b, c, calm)
 	require.Eventually(b, func() bool { return w.readyCount() == normal }, 2*time.Minute, 50*time.Millisecond,
@@ -301,6 +285,31 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 		b.ReportMetric(float64(held(hangers)), "hanging-in-flight")
 		b.ReportMetric(testutil.ToFloat64(a.Metrics.LateRuns), "late-runs")
 	}
+}
+
+// runAgentMeasuringLag runs node-a's agent on c with the real prober until the benchmark ends,
+// recording how late each probe of namespace ns starts after its due time. maxTargets 0 keeps
+// the default probe budget.
+func runAgentMeasuringLag(b *testing.B, c *cluster.Cluster, ns string, maxTargets int) (*agent.Agent, *lagLog) {
+	b.Helper()
+	lags := &lagLog{}
+	pr := agent.ProberRunner(prober.New(prober.Options{}))
+	runner := scheduler.RunnerFunc(func(ctx context.Context, t scheduler.Target) scheduler.Outcome {
+		if due, ok := scheduler.Due(ctx); ok && t.Namespace == ns {
+			lags.add(time.Since(due))
+		}
+		return pr.Run(ctx, t)
+	})
+	a, err := agent.New(agent.Options{
+		NodeName: "node-a", Config: c.Env.Config, MetricsBindAddress: "0", HealthProbeBindAddress: "0",
+		Registry: prometheus.NewRegistry(), SkipNameValidation: true, Runner: runner, MaxProbeTargets: maxTargets,
+	})
+	require.NoError(b, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	b.Cleanup(func() { cancel(); assert.NoError(b, <-done) })
+	return a, lags
 }
 
 func envInt(b *testing.B, name string, def int) int {
