@@ -263,7 +263,27 @@ func assertController(t *testing.T, tc valueSetCase, set bundle.ValueSet, d *app
 		assert.Equal(t, healthPort, portNumber(t, c, probe.HTTPGet.Port.String()), "%s probe port is the health address", name)
 	}
 
+	assertMemoryLimitEnv(t, c)
 	assertSidecar(t, spec, c, "8443", "deployments", "controller")
+}
+
+// assertMemoryLimitEnv checks that a program's container passes its own memory limit as
+// MEMORY_LIMIT, which must exist: without one the downward API would give the node's allocatable
+// memory. The program sets GOMEMLIMIT to 85 % of it (lib/memlimit), so GOMEMLIMIT itself is not
+// set.
+func assertMemoryLimitEnv(t *testing.T, c *corev1.Container) {
+	t.Helper()
+	assert.Nil(t, bundle.Env(c, "GOMEMLIMIT"), "%s: GOMEMLIMIT is not the whole limit: the program derives it", c.Name)
+	memLimit := bundle.Env(c, "MEMORY_LIMIT")
+	require.NotNil(t, memLimit, "%s: MEMORY_LIMIT is set", c.Name)
+	require.NotNil(t, memLimit.ValueFrom)
+	require.NotNil(t, memLimit.ValueFrom.ResourceFieldRef, "%s: MEMORY_LIMIT comes from the downward API", c.Name)
+	assert.Equal(t, "limits.memory", memLimit.ValueFrom.ResourceFieldRef.Resource)
+	assert.Contains(t, []string{"", c.Name}, memLimit.ValueFrom.ResourceFieldRef.ContainerName, "%s: its own limit", c.Name)
+	assert.True(t, memLimit.ValueFrom.ResourceFieldRef.Divisor.IsZero() || memLimit.ValueFrom.ResourceFieldRef.Divisor.Value() == 1,
+		"%s: in bytes, the unit the program reads", c.Name)
+	_, hasLimit := c.Resources.Limits[corev1.ResourceMemory]
+	assert.True(t, hasLimit, "%s has a memory limit for GOMEMLIMIT to follow", c.Name)
 }
 
 func assertAgent(t *testing.T, tc valueSetCase, set bundle.ValueSet, d *appsv1.DaemonSet) {
@@ -292,20 +312,7 @@ func assertAgent(t *testing.T, tc valueSetCase, set bundle.ValueSet, d *appsv1.D
 	require.NotNil(t, nodeName.ValueFrom)
 	require.NotNil(t, nodeName.ValueFrom.FieldRef)
 	assert.Equal(t, "spec.nodeName", nodeName.ValueFrom.FieldRef.FieldPath)
-	// MEMORY_LIMIT is the container's own memory limit, which must exist: without one the
-	// downward API would give the node's allocatable memory. The agent sets GOMEMLIMIT to 85 %
-	// of it (images/agent/cmd/agent/memlimit.go), so GOMEMLIMIT itself is not set.
-	assert.Nil(t, bundle.Env(c, "GOMEMLIMIT"), "GOMEMLIMIT is not the whole limit: the agent derives it")
-	memLimit := bundle.Env(c, "MEMORY_LIMIT")
-	require.NotNil(t, memLimit, "MEMORY_LIMIT is set")
-	require.NotNil(t, memLimit.ValueFrom)
-	require.NotNil(t, memLimit.ValueFrom.ResourceFieldRef, "MEMORY_LIMIT comes from the downward API")
-	assert.Equal(t, "limits.memory", memLimit.ValueFrom.ResourceFieldRef.Resource)
-	assert.Contains(t, []string{"", "agent"}, memLimit.ValueFrom.ResourceFieldRef.ContainerName, "the agent's own limit")
-	assert.True(t, memLimit.ValueFrom.ResourceFieldRef.Divisor.IsZero() || memLimit.ValueFrom.ResourceFieldRef.Divisor.Value() == 1,
-		"in bytes, the unit the agent reads")
-	_, hasLimit := c.Resources.Limits[corev1.ResourceMemory]
-	assert.True(t, hasLimit, "the agent has a memory limit for GOMEMLIMIT to follow")
+	assertMemoryLimitEnv(t, c)
 	want := map[string]string{
 		"node-name":       "$(NODE_NAME)",
 		"lease-namespace": bundle.Namespace,

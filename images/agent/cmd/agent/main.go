@@ -17,6 +17,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/agent"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/lease"
 	"github.com/deckhouse/service-with-healthchecks/lib/cmdline"
+	"github.com/deckhouse/service-with-healthchecks/lib/memlimit"
 )
 
 // program is the program's name, the first word of every line it reports on stderr.
@@ -112,7 +113,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	log := f.SetupLogger(os.Stderr)
-	setMemoryLimit(getenv)
+	memlimit.Set(getenv)
 	cfg, err := f.RESTConfig("service-with-healthchecks-agent/" + f.nodeName)
 	if err != nil {
 		return err

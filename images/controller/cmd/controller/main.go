@@ -15,6 +15,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/app"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/config"
 	"github.com/deckhouse/service-with-healthchecks/lib/cmdline"
+	"github.com/deckhouse/service-with-healthchecks/lib/memlimit"
 )
 
 func main() {
@@ -31,5 +32,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The runtime collects harder below the container's limit, not at the kernel's OOM kill
+	// (development/CONTROLLER.md, "Memory").
+	memlimit.Set(os.Getenv)
 	return app.Run(ctx, cfg)
 }

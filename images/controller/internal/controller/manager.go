@@ -112,10 +112,16 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, *metrics.Metrics, er
 	scheme := newScheme()
 	cacheOpts := cache.Options{
 		Scheme: scheme,
+		// The cache keeps no managedFields (development/CONTROLLER.md, "Memory"): nothing reads
+		// them but the Service reconcile, and every cached slice and resource carries them.
+		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			// Only this module's slices: other controllers' slices are never ours to touch,
 			// and there are many of them.
 			&discoveryv1.EndpointSlice{}: {Label: labels.SelectorFromSet(labels.Set{discoveryv1.LabelManagedBy: wellknown.ManagedBy})},
+			// Services keep theirs: upgradeManagedFields turns the controller's create into its
+			// apply ownership from the cached Service's managedFields.
+			&corev1.Service{}: {Transform: keepObject},
 		},
 	}
 	if len(o.Namespaces) > 0 {
@@ -180,6 +186,9 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, *metrics.Metrics, er
 	}
 	return mgr, m, nil
 }
+
+// keepObject is the cache transform that keeps an object as the API server sent it.
+func keepObject(in any) (any, error) { return in, nil }
 
 // addHealthChecks serves /healthz (the process answers) and /readyz (the informers synced).
 func addHealthChecks(mgr ctrl.Manager) error {

@@ -1,7 +1,7 @@
 // Copyright The service-with-healthchecks Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package main
+package memlimit
 
 import (
 	"testing"
@@ -24,7 +24,7 @@ func TestMemoryLimitLeavesHeadroomUnderTheContainerLimit(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, ok := memoryLimit(func(k string) string { return tc.env[k] })
+			got, ok := Limit(func(k string) string { return tc.env[k] })
 			assert.Equal(t, tc.wantOK, ok)
 			assert.Equal(t, tc.want, got)
 		})
