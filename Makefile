@@ -9,6 +9,10 @@ MODULES := api lib testkit images/agent images/controller hooks tests
 # Modules outside go.work because they pull github.com/prometheus/prometheus (DESIGN §9): tested,
 # tidied, built and linted alone (GOWORK=off).
 STANDALONE := tests/monitoring
+# The benchmarks' modules (outside go.work, each replacing the workspace modules it drives): make
+# verify keeps them tidy and building, so a version raised in the workspace cannot leave them
+# broken until the next benchmark run.
+BENCHMODULES := $(patsubst %/go.mod,%,$(wildcard bench/*/go.mod))
 
 KUBE_BIN    = $(shell tools/build.sh --dir kube)
 CODEGEN_BIN = $(shell tools/build.sh --dir codegen)
@@ -49,8 +53,8 @@ generate: ## Regenerate deepcopy code and the CRD from the Go types.
 .PHONY: verify
 verify: generate ## Regenerate and fail when anything generated is out of date; check go.mod tidiness.
 	@git diff --exit-code -- api crds || { echo "verify: generated files are out of date: run 'make generate' and commit" >&2; exit 1; }
-	@for m in $(MODULES) $(STANDALONE); do (cd $$m && GOWORK=off go mod tidy -diff >/dev/null) || { echo "verify: $$m/go.mod is not tidy: run 'cd $$m && GOWORK=off go mod tidy'" >&2; exit 1; }; done
-	@for m in $(MODULES) $(STANDALONE); do (cd $$m && GOWORK=off go build ./... && GOWORK=off go vet ./...) || { echo "verify: $$m does not build alone (GOWORK=off)" >&2; exit 1; }; done
+	@for m in $(MODULES) $(STANDALONE) $(BENCHMODULES); do (cd $$m && GOWORK=off go mod tidy -diff >/dev/null) || { echo "verify: $$m/go.mod is not tidy: run 'cd $$m && GOWORK=off go mod tidy'" >&2; exit 1; }; done
+	@for m in $(MODULES) $(STANDALONE) $(BENCHMODULES); do (cd $$m && GOWORK=off go build ./... && GOWORK=off go vet ./...) || { echo "verify: $$m does not build alone (GOWORK=off)" >&2; exit 1; }; done
 	@# The test tools and the modules compile one copy of what they share (development/TEST-HARNESS.md).
 	@go run ./tests/internal/cmd/toolversions -check
 

@@ -37,6 +37,9 @@ type result struct {
 	ready   time.Duration // controller start to /readyz
 	synced  time.Duration // controller start to every fleet resource's status counting every node
 	startUp time.Duration // controller CPU from its start to the end of the first settle
+	// startPeak is the controller's peak RSS (VmHWM) at the end of the first settle: the initial
+	// lists of the whole fleet, which a memory limit must hold.
+	startPeak int64
 
 	steady window // steady state
 	stale  window // the same while the stale nodes stay stale
@@ -57,6 +60,7 @@ type window struct {
 	length        time.Duration
 	cpu           time.Duration
 	rss           int64
+	heap          int64              // go_memstats_heap_inuse_bytes at its end: live objects and what the GC has not yet freed
 	requests      map[string]float64 // the controller's own API requests by method
 	writes        float64            // the controller's own writes (service and status) in the window
 	reconciles    float64
@@ -194,6 +198,9 @@ func round(o options, bin string, args []string) (res result, err error) {
 	if res.startUp, err = process.CPUTime(p.PID()); err != nil {
 		return res, err
 	}
+	if res.startPeak, err = process.PeakRSS(p.PID()); err != nil {
+		return res, err
+	}
 
 	if o.phases[phaseSteady] {
 		if res.steady, err = measure(ctx, p, metricsAddr, o.window); err != nil {
@@ -299,6 +306,7 @@ func measure(ctx context.Context, p *process.Process, metricsAddr string, length
 	if win.rss, err = process.RSS(p.PID()); err != nil {
 		return win, err
 	}
+	win.heap = int64(after.Sum("go_memstats_heap_inuse_bytes", nil))
 	win.requests = requestsByMethod(before, after)
 	win.writes = delta(before, after, "swh_controller_service_writes_total") + delta(before, after, "swh_controller_status_writes_total")
 	win.reconciles = delta(before, after, "swh_controller_reconciles_total")
