@@ -82,12 +82,11 @@ func resource(ns, name string) *v1alpha1.ServiceWithHealthchecks {
 	}
 }
 
-// agentSlice is the slice node's agent publishes for resource (port "http"): the agent's name,
-// labels, annotation and owner reference, one ready endpoint of a pod on the node.
-func agentSlice(ns, res string, uid types.UID, ri, ni int) *discoveryv1.EndpointSlice {
-	node := nodeName(ni)
+// agentSlice is the slice the agent of the pod's node publishes for resource (port "http"): the
+// agent's name, labels, annotation and owner reference, one ready endpoint of the pod.
+func agentSlice(ns, res string, uid types.UID, pod *corev1.Pod) *discoveryv1.EndpointSlice {
+	node := pod.Spec.NodeName
 	key := slicemeta.SliceKey{Resource: res, Port: "http", Node: node}
-	n := ri*100000 + ni
 	return &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: ns, Name: key.Name(), Labels: key.Labels(), Annotations: key.Annotations(),
@@ -95,17 +94,43 @@ func agentSlice(ns, res string, uid types.UID, ri, ni int) *discoveryv1.Endpoint
 		},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints: []discoveryv1.Endpoint{{
-			Addresses:  []string{fmt.Sprintf("10.%d.%d.%d", 64+n>>16&63, n>>8&255, n&255)},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
+			Addresses:  []string{pod.Status.PodIP},
+			Conditions: readyConditions(),
 			NodeName:   ptr.To(node),
-			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: fmt.Sprintf("%s-%s", res, node)},
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod.Name, UID: pod.UID},
 		}},
 		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](8080)}},
 	}
 }
 
-// makeFleet creates the Nodes, the resources (their UIDs returned by index) and every slice.
-func makeFleet(ctx context.Context, c client.Client, o options, ns string) ([]*corev1.Node, []types.UID, error) {
+func readyConditions() discoveryv1.EndpointConditions {
+	return discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)}
+}
+
+// fleetPod creates the pod of resource ri on node ni (selected by the resource, running, with
+// an IP), as a real cluster has one behind every endpoint: the controller's audit of published
+// endpoints (development/CONTROLLER.md) reads the node's pods for every slice it audits and
+// deletes a slice whose endpoint names no such pod.
+func fleetPod(ctx context.Context, c client.Client, ns string, ri, ni int) (*corev1.Pod, error) {
+	n := ri*100000 + ni
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-%s", resourceName(ri), nodeName(ni)), Labels: map[string]string{"app": resourceName(ri)}},
+		Spec:       corev1.PodSpec{NodeName: nodeName(ni), Containers: []corev1.Container{{Name: "app", Image: "fleet.invalid/pod:latest"}}},
+	}
+	if err := c.Create(ctx, pod); err != nil {
+		return nil, fmt.Errorf("creating Pod %s: %w", pod.Name, err)
+	}
+	ip := fmt.Sprintf("10.%d.%d.%d", 64+n>>16&63, n>>8&255, n&255)
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
+	if err := c.Status().Update(ctx, pod); err != nil {
+		return nil, fmt.Errorf("writing the status of Pod %s: %w", pod.Name, err)
+	}
+	return pod, nil
+}
+
+// makeFleet creates the Nodes, the resources, a pod of every
+// resource on every node and its slice.
+func makeFleet(ctx context.Context, c client.Client, o options, ns string) ([]*corev1.Node, error) {
 	start := time.Now()
 	nodes := make([]*corev1.Node, o.nodes)
 	if err := parallel(o.nodes, o.writers, func(i int) error {
@@ -116,42 +141,49 @@ func makeFleet(ctx context.Context, c client.Client, o options, ns string) ([]*c
 		nodes[i] = n
 		return nil
 	}); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	uids := make([]types.UID, o.resources)
 	for i := range o.resources {
 		r := resource(ns, resourceName(i))
 		if err := c.Create(ctx, r); err != nil {
-			return nil, nil, fmt.Errorf("creating %s: %w", r.Name, err)
+			return nil, fmt.Errorf("creating %s: %w", r.Name, err)
 		}
 		uids[i] = r.UID
 	}
 	if err := parallel(o.resources*o.nodes, o.writers, func(i int) error {
 		ri, ni := i%o.resources, i/o.resources
-		s := agentSlice(ns, resourceName(ri), uids[ri], ri, ni)
+		pod, err := fleetPod(ctx, c, ns, ri, ni)
+		if err != nil {
+			return err
+		}
+		s := agentSlice(ns, resourceName(ri), uids[ri], pod)
 		if err := c.Create(ctx, s); err != nil {
 			return fmt.Errorf("creating EndpointSlice %s: %w", s.Name, err)
 		}
 		return nil
 	}); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	fmt.Fprintf(os.Stderr, "fleet:   %d Nodes, %d resources and %d slices made in %s\n", o.nodes, o.resources, o.nodes*o.resources,
+	fmt.Fprintf(os.Stderr, "fleet:   %d Nodes, %d resources, %d pods and their slices made in %s\n", o.nodes, o.resources, o.nodes*o.resources,
 		time.Since(start).Round(time.Second))
-	return nodes, uids, nil
+	return nodes, nil
 }
 
 // republish writes the slices of the nodes ready again, as their returning agents would.
-func republish(ctx context.Context, c client.Client, o options, ns string, uids []types.UID, nodes []int) error {
+func republish(ctx context.Context, c client.Client, o options, ns string, nodes []int) error {
 	return parallel(len(nodes)*o.resources, o.writers, func(i int) error {
 		ri, ni := i%o.resources, nodes[i/o.resources]
-		want := agentSlice(ns, resourceName(ri), uids[ri], ri, ni)
+		key := slicemeta.SliceKey{Resource: resourceName(ri), Port: "http", Node: nodeName(ni)}
+		want := client.ObjectKey{Namespace: ns, Name: key.Name()}
 		for {
 			var cur discoveryv1.EndpointSlice
-			if err := c.Get(ctx, client.ObjectKeyFromObject(want), &cur); err != nil {
+			if err := c.Get(ctx, want, &cur); err != nil {
 				return fmt.Errorf("reading EndpointSlice %s: %w", want.Name, err)
 			}
-			cur.Endpoints = want.Endpoints
+			for j := range cur.Endpoints {
+				cur.Endpoints[j].Conditions = readyConditions()
+			}
 			err := c.Update(ctx, &cur)
 			if apierrors.IsConflict(err) {
 				continue

@@ -118,7 +118,7 @@ func round(o options, bin string, args []string) (res result, err error) {
 		return res, fmt.Errorf("dynamic client: %w", err)
 	}
 
-	nodes, uids, err := makeFleet(ctx, c, o, ns)
+	nodes, err := makeFleet(ctx, c, o, ns)
 	if err != nil {
 		return res, err
 	}
@@ -253,7 +253,7 @@ func round(o options, bin string, args []string) (res result, err error) {
 		if err := ren.resume(ctx, stale); err != nil {
 			return res, err
 		}
-		if err := republish(pctx, c, o, ns, uids, stale); err != nil {
+		if err := republish(pctx, c, o, ns, stale); err != nil {
 			return res, err
 		}
 		if _, err := w.wait(pctx, back, p.Done(), exited); err != nil {
