@@ -32,17 +32,19 @@ func report(w io.Writer, o options, builds []string, results map[string][]result
 		"each cell is the median of %d rounds, the rounds in brackets. Host: %s, %d CPUs, %s.\n\n",
 		o.serviceCIDR, o.rounds, hostname(), runtime.NumCPU(), runtime.Version())
 
-	p("| build | ready | every status counts every node | start-up CPU | start-up peak RSS | steady: CPU over %s | steady: RSS | steady: Go heap in use | steady: requests / s | "+
+	p("| build | ready | every status counts every node | start-up CPU | start-up peak RSS | start-up settled (audit pass included) | start-up GETs / audits | steady: CPU over %s | steady: RSS | steady: Go heap in use | steady: requests / s | "+
 		"withdrawn: %d stale nodes, after their last renewal | their resources say so | stale: CPU over %s | stale: requests / s |\n",
 		o.window, o.stale, o.staleWindow)
-	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, b := range builds {
 		rs := results[b]
-		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", b,
+		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", b,
 			durs(rs, func(r result) time.Duration { return r.ready }),
 			durs(rs, func(r result) time.Duration { return r.synced }),
 			durs(rs, func(r result) time.Duration { return r.startUp }),
 			mibs(rs, func(r result) int64 { return r.startPeak }),
+			durs(rs, func(r result) time.Duration { return r.settled }),
+			nums(rs, "%.0f", func(r result) float64 { return r.startGETs })+" / "+nums(rs, "%.0f", func(r result) float64 { return r.startAudits }),
 			durs(rs, func(r result) time.Duration { return r.steady.cpu }),
 			mibs(rs, func(r result) int64 { return r.steady.rss }),
 			mibs(rs, func(r result) int64 { return r.steady.heap }),

@@ -40,6 +40,11 @@ type result struct {
 	// startPeak is the controller's peak RSS (VmHWM) at the end of the first settle: the initial
 	// lists of the whole fleet, which a memory limit must hold.
 	startPeak int64
+	// settled is the controller's start to its counters staying flat (the audit's pass over
+	// every slice included); startGETs and startAudits are its GET requests and slice audits
+	// by then.
+	settled                time.Duration
+	startGETs, startAudits float64
 
 	steady window // steady state
 	stale  window // the same while the stale nodes stay stale
@@ -192,9 +197,16 @@ func round(o options, bin string, args []string) (res result, err error) {
 		return res, err
 	}
 	res.synced = last.Sub(p.Started())
-	if _, err := settle(pctx, metricsAddr, o.settle); err != nil {
+	settled, err := settle(pctx, metricsAddr, o.settle)
+	if err != nil {
 		return res, err
 	}
+	// The audit of published endpoints reads each audited slice's node's Pods (one uncached
+	// LIST, development/CONTROLLER.md): its pass over the whole fleet is most of the start-up's
+	// GETs and ends with the settle.
+	res.settled = time.Since(p.Started()) - o.settle
+	res.startGETs = requestsByMethod(nil, settled)["GET"]
+	res.startAudits = settled.Sum("swh_controller_audited_slices_total", nil)
 	if res.startUp, err = process.CPUTime(p.PID()); err != nil {
 		return res, err
 	}

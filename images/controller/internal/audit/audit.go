@@ -56,6 +56,8 @@ type Auditor struct {
 	Now func() time.Time
 
 	confirm *confirmer
+	// clean holds the slices a sibling's audit found clean (batch.go).
+	clean *cleanSet
 }
 
 // Config tunes the audit.
@@ -80,7 +82,7 @@ func Setup(mgr ctrl.Manager, m *metrics.Metrics, recorder events.EventRecorder, 
 	}
 	a := &Auditor{
 		Client: mgr.GetClient(), Pods: mgr.GetAPIReader(), Deleter: cfg.Deleter,
-		Recorder: recorder, Metrics: m, Now: cfg.Now, confirm: newConfirmer(cfg.Window),
+		Recorder: recorder, Metrics: m, Now: cfg.Now, confirm: newConfirmer(cfg.Window), clean: newCleanSet(),
 	}
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("endpointsliceaudit").
@@ -100,12 +102,16 @@ func (a *Auditor) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	if err := a.Client.Get(ctx, req.NamespacedName, &s); err != nil {
 		if apierrors.IsNotFound(err) {
 			a.confirm.forget(req.NamespacedName)
+			a.clean.forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
 	}
 	if !slicemeta.IsManaged(&s) || s.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil
+	}
+	if a.clean.take(req.NamespacedName, version{uid: s.UID, rv: s.ResourceVersion}) {
+		return ctrl.Result{}, nil // Audited clean at this version with a sibling (batch.go).
 	}
 	in, audited, err := a.observe(ctx, &s)
 	if err != nil || !audited {
@@ -141,6 +147,11 @@ func (a *Auditor) observe(ctx context.Context, s *discoveryv1.EndpointSlice) (In
 	}
 	if err := a.reread(ctx, &in, refs); err != nil {
 		return Input{}, false, err
+	}
+	// The same LIST audits the other slices of this namespace and node. A failure there costs
+	// only the saving: each of them is still audited on its own.
+	if err := a.auditSiblings(ctx, s, in.Node, in.Pods); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "auditing the other slices of the node with the same Pods")
 	}
 	return in, true, nil
 }

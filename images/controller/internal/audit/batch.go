@@ -1,0 +1,123 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package audit
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
+	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/index"
+)
+
+// The audit of one slice reads its node's Pods of its namespace in one LIST; the same LIST
+// serves every other slice of that namespace and node (development/CONTROLLER.md, "Audit of
+// published endpoints"). Without this, the controller's start audits every slice of the cluster
+// with a LIST each: 50,000 LISTs at 5,000 nodes with 10 resources on each, where one per
+// (namespace, node) suffices.
+
+// version is a slice as it was audited: its UID and resourceVersion.
+type version struct {
+	uid types.UID
+	rv  string
+}
+
+// cleanSet remembers the slices found clean by a sibling's audit, at the version audited: the
+// slice's own audit at that version has nothing left to read. It holds at most one entry per
+// slice, dropped at the slice's next audit or deletion.
+type cleanSet struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]version
+}
+
+func newCleanSet() *cleanSet { return &cleanSet{m: map[types.NamespacedName]version{}} }
+
+func (c *cleanSet) mark(name types.NamespacedName, v version) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m[name] = v
+}
+
+// take tells whether the slice was found clean at version v, and forgets it either way: a
+// slice written since is audited again.
+func (c *cleanSet) take(name types.NamespacedName, v version) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	got, ok := c.m[name]
+	delete(c.m, name)
+	return ok && got == v
+}
+
+func (c *cleanSet) forget(name types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, name)
+}
+
+func (c *cleanSet) size() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m)
+}
+
+// auditSiblings audits, against pods (the LIST of slice s's node's Pods of its namespace), the
+// other slices of that namespace and node in the cache, and marks each one found clean at its
+// version. A sibling with a suspect endpoint is left to its own audit, which reads its Pods again
+// and confirms over the window; nothing is deleted here.
+func (a *Auditor) auditSiblings(ctx context.Context, s *discoveryv1.EndpointSlice, node string, pods map[string]*corev1.Pod) error {
+	var siblings discoveryv1.EndpointSliceList
+	if err := a.Client.List(ctx, &siblings, client.InNamespace(s.Namespace), client.MatchingFields{index.SliceNode: node},
+		client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("listing the slices of node %q in %s: %w", node, s.Namespace, err)
+	}
+	owners := map[string]*v1alpha1.ServiceWithHealthchecks{}
+	for i := range siblings.Items {
+		sib := &siblings.Items[i]
+		if sib.UID == s.UID || !slicemeta.IsManaged(sib) || sib.DeletionTimestamp != nil {
+			continue
+		}
+		owner, err := a.owner(ctx, sib.Namespace, slicemeta.ResourceOf(sib), owners)
+		if err != nil {
+			return err
+		}
+		if owner == nil || !slicemeta.IsOwnedBy(sib, owner.UID) {
+			continue // The garbage collector's case, not the audit's.
+		}
+		in := Input{Namespace: sib.Namespace, Node: node, Selector: owner.Spec.Selector, Endpoints: sib.Endpoints, Pods: pods}
+		if len(Decide(in)) > 0 {
+			continue
+		}
+		name := types.NamespacedName{Namespace: sib.Namespace, Name: sib.Name}
+		a.confirm.forget(name)
+		a.clean.mark(name, version{uid: sib.UID, rv: sib.ResourceVersion})
+		a.Metrics.AuditedSlices.Inc()
+	}
+	return nil
+}
+
+// owner is the resource name of namespace ns from the cache, nil when it is gone; memo keeps
+// each one read.
+func (a *Auditor) owner(ctx context.Context, ns, name string, memo map[string]*v1alpha1.ServiceWithHealthchecks) (*v1alpha1.ServiceWithHealthchecks, error) {
+	if swh, ok := memo[name]; ok {
+		return swh, nil
+	}
+	swh := &v1alpha1.ServiceWithHealthchecks{}
+	err := a.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, swh)
+	switch {
+	case apierrors.IsNotFound(err):
+		swh = nil
+	case err != nil:
+		return nil, fmt.Errorf("reading resource %s/%s: %w", ns, name, err)
+	}
+	memo[name] = swh
+	return swh, nil
+}

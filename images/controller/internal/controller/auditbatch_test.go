@@ -1,0 +1,61 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package controller
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+)
+
+// TestTheAuditReadsANodesPodsOncePerNamespaceAndNode: a controller that starts with five honest
+// slices of five resources on one node audits all five with one LIST of the node's Pods (the
+// same LIST serves every slice of the namespace and node), not five; a forged slice that
+// arrives on that node later is still read again, confirmed and deleted, and the honest ones
+// stay.
+func TestTheAuditReadsANodesPodsOncePerNamespaceAndNode(t *testing.T) {
+	const n = 5
+	ns := env.CreateNamespaceForTest(t, "audit-batch")
+	nodeName := ns + "-node-a"
+	node(t, nodeName)
+	honest := make([]*discoveryv1.EndpointSlice, 0, n)
+	var firstPod = runningPod(t, ns, "r0-p", nodeName, "10.3.0.1", map[string]string{"app": "r0"})
+	for i := range n {
+		name := fmt.Sprintf("r%d", i)
+		swh := newResource(ns, name, func(s *v1alpha1.ServiceWithHealthchecks) { s.Spec.Selector = map[string]string{"app": name} })
+		create(t, swh)
+		pod := firstPod
+		if i > 0 {
+			pod = runningPod(t, ns, name+"-p", nodeName, fmt.Sprintf("10.3.0.%d", i+1), map[string]string{"app": name})
+		}
+		honest = append(honest, slice(t, ns, name, swh.UID, "http", nodeName, withEndpoints(endpointOf(pod, pod.Status.PodIP, nodeName))))
+	}
+
+	reads := &podReads{prefix: "/api/v1/namespaces/" + ns + "/pods"}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(reads.RoundTrip)
+	run := startControllerOn(t, cfg, ns, func(o *Options) { o.SkipAudit = false })
+	audited := func() int64 { return int64(testutil.ToFloat64(run.metrics.AuditedSlices)) }
+	require.Eventually(t, func() bool { return audited() >= n }, wait, tick, "every slice is audited")
+	assert.Equal(t, int64(1), reads.n.Load(), "one LIST of the node's Pods audits the %d slices of the namespace and node", n)
+
+	// A forged slice arrives on the node: its endpoint names r0's Pod with an address that is not
+	// the Pod's.
+	forger := newResource(ns, "forger", func(s *v1alpha1.ServiceWithHealthchecks) { s.Spec.Selector = map[string]string{"app": "r0"} })
+	create(t, forger)
+	forged := slice(t, ns, "forger", forger.UID, "http", nodeName, withEndpoints(endpointOf(firstPod, "10.9.9.9", nodeName)))
+	gone(t, forged, "the forged slice is deleted")
+	assert.Equal(t, float64(1), testutil.ToFloat64(run.metrics.ForgedSlices))
+	for _, s := range honest {
+		require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(s), &discoveryv1.EndpointSlice{}), "honest slice %s stays", s.Name)
+	}
+}
