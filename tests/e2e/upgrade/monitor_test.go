@@ -6,6 +6,7 @@ package upgrade_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -105,7 +106,8 @@ type sliceMonitor struct {
 	keepReady  map[string][]string
 	violations []string
 	renames    []string
-	events     int
+	// changes are the events seen, "15:04:05.000 MODIFIED web-node-a map[10.0.0.2:TTF]".
+	changes []string
 }
 
 func describeSlice(s *discoveryv1.EndpointSlice) publishedSlice {
@@ -170,7 +172,7 @@ func (m *sliceMonitor) onEvent(ev watch.Event) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.events++
+	m.changes = append(m.changes, fmt.Sprintf("%s %s %s %v", time.Now().Format("15:04:05.000"), ev.Type, s.Name, e2e.SliceEndpoints(s)))
 	if ev.Type == watch.Deleted {
 		m.deleted(s.Name)
 	} else {
@@ -266,11 +268,11 @@ func (m *sliceMonitor) Names() []string {
 	return out
 }
 
-// Report is the violations, the renames seen and the number of changes.
-func (m *sliceMonitor) Report() (violations, renames []string, events int) {
+// Report is the violations, the renames and the changes seen.
+func (m *sliceMonitor) Report() (violations, renames, changes []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return append([]string(nil), m.violations...), append([]string(nil), m.renames...), m.events
+	return slices.Clone(m.violations), slices.Clone(m.renames), slices.Clone(m.changes)
 }
 
 // resourceStatus is what the status monitor holds every resource to.

@@ -143,12 +143,12 @@ func TestReleaseUpgradeAndRollbackUnderTraffic(t *testing.T) {
 		}
 		t.Logf("%s: %s", p.key(), res)
 	}
-	violations, renames, events := sliceMon.Report()
+	violations, renames, changes := sliceMon.Report()
 	assert.Empty(t, violations, "the slices during the upgrade and the rollback")
 	statusViolations, seen := statusMon.Report()
 	assert.Empty(t, statusViolations, "the resources' status during the upgrade and the rollback")
-	t.Logf("slices before: %v, after the upgrade: %v, after the rollback: %v; renamed: %v; %d slice changes, %d resource versions seen",
-		before, afterUpgrade, sliceMon.Names(), renames, events, seen)
+	t.Logf("slices before: %v, after the upgrade: %v, after the rollback: %v; renamed: %v; %d resource versions seen; slice changes:\n  %s",
+		before, afterUpgrade, sliceMon.Names(), renames, seen, strings.Join(changes, "\n  "))
 	t.Logf("FIGURES scenario=release-upgrade from=v%s upgrade=%s rollback=%s", prev.Version,
 		up.To.Sub(up.From).Round(time.Millisecond), down.To.Sub(down.From).Round(time.Millisecond))
 	for _, p := range ports {
@@ -338,7 +338,8 @@ func replace(t *testing.T, s *stack.Stack, name string, to programs, targetsPerN
 	}
 	w.To = time.Now()
 	requirePrograms(t, s, to)
-	t.Logf("%s: CRD, %d controllers, %d agents replaced in %s", name, s.Controllers(), len(s.Nodes()), w.To.Sub(w.From).Round(time.Millisecond))
+	t.Logf("%s: CRD, %d controllers, %d agents replaced from %s to %s (%s)", name, s.Controllers(), len(s.Nodes()),
+		w.From.Format("15:04:05.000"), w.To.Format("15:04:05.000"), w.To.Sub(w.From).Round(time.Millisecond))
 	return w
 }
 
