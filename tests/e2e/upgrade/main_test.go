@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
@@ -37,10 +38,13 @@ type preparedRelease struct {
 func TestMain(m *testing.M) {
 	if os.Getenv(releaseEnv) == "" && !cluster.Isolated() && os.Geteuid() == 0 {
 		var p preparedRelease
+		started := time.Now()
 		b, err := prepare()
 		p.Built = b
 		if err != nil {
 			p.Err = err.Error()
+		} else {
+			fmt.Fprintf(os.Stderr, "upgrade: previous release v%s (%s) ready in %s: %s\n", b.Version, b.Commit, time.Since(started).Round(time.Millisecond), b.Dir)
 		}
 		data, err := json.Marshal(p)
 		if err != nil {
