@@ -5,6 +5,8 @@ package upgrade_test
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -171,4 +173,48 @@ func TestHasPath(t *testing.T) {
 			assert.Equal(t, tc.want, hasPath(o, splitPath(tc.path)))
 		})
 	}
+}
+
+// TestReleaseCommitsInAClone runs the git side on a real repository: a release commit that
+// differs from HEAD only in the release record is HEAD, one that differs in a program is not,
+// and a commit the clone lacks fails with what to fetch.
+func TestReleaseCommitsInAClone(t *testing.T) {
+	dir := t.TempDir()
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := git(dir, args...)
+		require.NoError(t, err)
+		return out
+	}
+	write := func(name, text string) {
+		t.Helper()
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644))
+	}
+	run("init", "-q")
+	run("config", "user.email", "test@example.com")
+	run("config", "user.name", "test")
+	write("main.go", "package main\n")
+	write("CHANGELOG.md", "## Unreleased\n")
+	run("add", ".")
+	run("commit", "-qm", "one")
+	cut := run("rev-parse", "--short", "HEAD")
+	write("CHANGELOG.md", "## Unreleased\n\n## v0.1.0\n\nCommit: `"+cut+"`\n")
+	write("Chart.yaml", "version: 0.1.0\n")
+	run("add", ".")
+	run("commit", "-qm", "Release v0.1.0")
+	isHead := isHeadRelease(dir)
+
+	same, err := isHead(release{Version: "0.1.0", Commit: cut})
+	require.NoError(t, err)
+	assert.True(t, same, "the release commit changes only the record")
+
+	write("main.go", "package main\n\nfunc main() {}\n")
+	run("commit", "-qam", "two")
+	same, err = isHead(release{Version: "0.1.0", Commit: cut})
+	require.NoError(t, err)
+	assert.False(t, same, "a program changed since the release")
+
+	_, err = isHead(release{Version: "0.0.1", Commit: "0123456789abcdef"})
+	require.ErrorContains(t, err, "git fetch --unshallow")
+	assert.ErrorContains(t, err, "git fetch origin 0123456789abcdef")
 }
