@@ -22,8 +22,8 @@ import (
 // newAgent makes the stopped agent slot of a node: ready once /readyz answers and its node
 // Lease has been renewed since the run started.
 func (s *Stack) newAgent(node string) (*slot, error) {
-	sl, err := newSlot("agent-"+node, s.Binaries.Agent, s.LogDir, func(metricsAddr, healthAddr string) []string {
-		return append([]string{
+	sl, err := newSlot("agent-"+node, s.LogDir, func(metricsAddr, healthAddr string) (string, []string) {
+		return s.Binaries.Agent, append([]string{
 			"--node-name=" + node,
 			"--kubeconfig=" + s.Kubeconfig,
 			"--metrics-bind-address=" + metricsAddr,

@@ -18,8 +18,8 @@ const leaderSeries = `leader_election_master_status{name="` + LeaderElectionID +
 
 // newController makes the stopped slot of controller replica i.
 func (s *Stack) newController(i int) (*slot, error) {
-	return newSlot("controller-"+strconv.Itoa(i), s.Binaries.Controller, s.LogDir, func(metricsAddr, healthAddr string) []string {
-		return append([]string{
+	return newSlot("controller-"+strconv.Itoa(i), s.LogDir, func(metricsAddr, healthAddr string) (string, []string) {
+		return s.Binaries.Controller, append([]string{
 			"--kubeconfig=" + s.Kubeconfig,
 			"--metrics-bind-address=" + metricsAddr,
 			"--health-probe-bind-address=" + healthAddr,

@@ -20,9 +20,10 @@ import (
 // slot is stopped.
 type slot struct {
 	// name is "controller-<i>" or "agent-<node>": the log file's name and its marker lines'.
-	name        string
-	bin         string
-	args        []string
+	name string
+	// command is the program and flags of the next run, made from the slot's addresses when it
+	// starts (the stack's programs can change between runs: UsePrograms).
+	command     func(metricsAddr, healthAddr string) (bin string, args []string)
 	metricsAddr string
 	healthAddr  string
 	logFile     string
@@ -37,14 +38,15 @@ type slot struct {
 }
 
 // newSlot makes a stopped slot with its own free loopback addresses for /metrics and the
-// health probes (every program shares the cluster namespace); args makes its flags from them.
-func newSlot(name, bin, logDir string, args func(metricsAddr, healthAddr string) []string) (*slot, error) {
+// health probes (every program shares the cluster namespace); command makes its program and
+// flags from them at every start.
+func newSlot(name, logDir string, command func(metricsAddr, healthAddr string) (string, []string)) (*slot, error) {
 	addrs, err := loopback.FreeAddrs(2)
 	if err != nil {
 		return nil, err
 	}
 	metricsAddr, healthAddr := addrs[0], addrs[1]
-	return &slot{name: name, bin: bin, args: args(metricsAddr, healthAddr), metricsAddr: metricsAddr, healthAddr: healthAddr,
+	return &slot{name: name, command: command, metricsAddr: metricsAddr, healthAddr: healthAddr,
 		logFile: filepath.Join(logDir, name+".log")}, nil
 }
 
@@ -70,7 +72,8 @@ func (sl *slot) pid() int {
 // Ctrl-C in a terminal reaches only the program that owns the stack, which stops everything in
 // order), its output appended to the slot's log file.
 func (sl *slot) launch() (*process.Process, error) {
-	p, err := process.Start(sl.name, exec.Command(sl.bin, sl.args...), process.Options{LogFile: sl.logFile, Group: true})
+	bin, args := sl.command(sl.metricsAddr, sl.healthAddr)
+	p, err := process.Start(sl.name, exec.Command(bin, args...), process.Options{LogFile: sl.logFile, Group: true})
 	if err != nil {
 		return nil, err
 	}

@@ -94,6 +94,9 @@ type Options struct {
 	// NodeKubeProxies instead of KubeProxy: every node its own network namespace and its own
 	// kube-proxy, for node ports and health check node ports (externalTrafficPolicy: Local).
 	NodeKubeProxies bool
+	// Binaries are the programs to run instead of building HEAD's (Build): another release's,
+	// say. UsePrograms changes them for the runs that start later.
+	Binaries *Binaries
 }
 
 // Stack is the product running on a cluster.
@@ -164,8 +167,10 @@ func New(ctx context.Context, opts Options) (s *Stack, err error) {
 	if opts.LogLevel == "" {
 		opts.LogLevel = "info"
 	}
-	bins, err := Build()
-	if err != nil {
+	var bins Binaries
+	if opts.Binaries != nil {
+		bins = *opts.Binaries
+	} else if bins, err = Build(); err != nil {
 		return nil, err
 	}
 	s = &Stack{Cluster: opts.Cluster, Binaries: bins, opts: opts, agents: map[string]*slot{}, deleted: map[string]bool{}}
@@ -249,6 +254,19 @@ func New(ctx context.Context, opts Options) (s *Stack, err error) {
 		}
 	}
 	return s, nil
+}
+
+// UsePrograms makes every run that starts from now on (StartAgent, RestartAgent,
+// StartController, RollAgents, ...) run the programs bins with the further flags
+// controllerArgs and agentArgs (instead of Options.ControllerArgs and AgentArgs); the runs
+// going on are left as they are. Replacing the programs slot by slot is an upgrade or a
+// rollback as a Deployment rollout and a DaemonSet roll do it.
+func (s *Stack) UsePrograms(bins Binaries, controllerArgs, agentArgs []string) {
+	s.ctl.Lock()
+	defer s.ctl.Unlock()
+	s.Binaries = bins
+	s.opts.ControllerArgs = slices.Clone(controllerArgs)
+	s.opts.AgentArgs = slices.Clone(agentArgs)
 }
 
 // Client is the administrator's client of the cluster's API server.

@@ -179,6 +179,7 @@ func TestEveryUserPageHasItsRussianTwin(t *testing.T) {
 		"FAQ.md":           {sameExamples: true},
 		"SECURITY.md":      {sameExamples: true},
 		"METRICS.md":       {sameExamples: false},
+		"UPGRADE.md":       {sameExamples: true},
 	}
 	for page, tc := range userPages {
 		ru := strings.TrimSuffix(page, ".md") + ".ru.md"
