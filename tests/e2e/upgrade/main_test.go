@@ -12,6 +12,7 @@ package upgrade_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -30,6 +31,9 @@ const releaseEnv = "SWH_UPGRADE_PREVIOUS_RELEASE"
 type preparedRelease struct {
 	Built builtRelease `json:"built"`
 	Err   string       `json:"err,omitempty"`
+	// NotInClone is set when the release's commit is not in this clone (a shallow clone): the
+	// test skips, saying what to fetch, as tests/release does; everything else fails it.
+	NotInClone bool `json:"notInClone,omitempty"`
 }
 
 // TestMain builds the previous release before the binary isolates itself (the isolated network
@@ -43,6 +47,7 @@ func TestMain(m *testing.M) {
 		p.Built = b
 		if err != nil {
 			p.Err = err.Error()
+			p.NotInClone = errors.Is(err, errNotInClone)
 		} else {
 			fmt.Fprintf(os.Stderr, "upgrade: previous release v%s (%s) ready in %s: %s\n", b.Version, b.Commit, time.Since(started).Round(time.Millisecond), b.Dir)
 		}
@@ -84,6 +89,9 @@ func previous(t *testing.T) builtRelease {
 	var p preparedRelease
 	if err := json.Unmarshal([]byte(os.Getenv(releaseEnv)), &p); err != nil {
 		t.Fatalf("the previous release was not prepared by TestMain ($%s): %v", releaseEnv, err)
+	}
+	if p.NotInClone {
+		t.Skipf("preparing the previous release: %s", p.Err)
 	}
 	if p.Err != "" {
 		t.Fatalf("preparing the previous release: %s", p.Err)

@@ -103,6 +103,9 @@ func git(root string, args ...string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
+// errNotInClone is the error of a release commit this clone does not have.
+var errNotInClone = errors.New("not in this clone")
+
 // resolveCommit is the full hash of a release's commit; it fails with what to fetch when the
 // clone does not have it (a shallow clone).
 func resolveCommit(root string, r release) (string, error) {
@@ -111,9 +114,9 @@ func resolveCommit(root string, r release) (string, error) {
 		return full, nil
 	}
 	shallow, _ := git(root, "rev-parse", "--is-shallow-repository")
-	return "", fmt.Errorf("the commit %s of release v%s (CHANGELOG.md) is not in this clone (shallow: %s); "+
+	return "", fmt.Errorf("%w: the commit %s of release v%s (CHANGELOG.md) is not in this clone (shallow: %s); "+
 		"the upgrade test builds that release from it: fetch the history with `git fetch --unshallow` "+
-		"(or at least `git fetch origin %s`), or clone without --depth", r.Commit, r.Version, shallow, r.Commit)
+		"(or at least `git fetch origin %s`), or clone without --depth", errNotInClone, r.Commit, r.Version, shallow, r.Commit)
 }
 
 // isHeadRelease tells whether release r is HEAD: its commit differs from HEAD in nothing but the
