@@ -349,7 +349,7 @@ func startPrometheus(t *testing.T, inst *installation, promToken, otherToken str
 		map[string]any{"job_name": "refused/no-token", "scheme": "https", "tls_config": tlsInsecure,
 			"static_configs": []map[string]any{{"targets": all}}},
 		map[string]any{"job_name": "refused/other-account", "scheme": "https", "tls_config": tlsInsecure,
-			"authorization": map[string]any{"type": "Bearer", "credentials_file": otherFile},
+			"authorization":  map[string]any{"type": "Bearer", "credentials_file": otherFile},
 			"static_configs": []map[string]any{{"targets": all}}},
 	)
 	cfg, err := yaml.Marshal(map[string]any{
