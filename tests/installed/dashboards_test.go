@@ -200,7 +200,7 @@ func requireDashboardsShowData(t *testing.T, prom *livePrometheus, start, end ti
 				assert.NotEmpty(t, m, "%s, panel %q %s shows nothing over the scenario: %s", filepath.Base(f), tg.panel, tg.refID, q)
 			}
 		}
-		t.Logf("%s: %d panel targets return data", filepath.Base(f), len(targets))
+		t.Logf("%s: %d panel targets queried", filepath.Base(f), len(targets))
 	}
 }
 
