@@ -57,61 +57,29 @@ type running struct {
 	pod, container string
 	listen         string // kube-rbac-proxy: where it listens
 	token          string // the pod's bound token
+
+	proc  *process.Process // the current run
+	start func()           // starts the container again after Stop, and waits until it is ready
+}
+
+// Stop stops the container's process (SIGTERM, as the kubelet does) and waits for its exit.
+func (r *running) Stop(t *testing.T) {
+	t.Helper()
+	require.NoError(t, r.proc.Stop(), "stopping %s/%s", r.pod, r.container)
+}
+
+// Start starts the stopped container again, as the kubelet restarts a container, and waits
+// until it is ready.
+func (r *running) Start(t *testing.T) {
+	t.Helper()
+	require.True(t, r.proc.Exited(), "%s/%s is stopped first", r.pod, r.container)
+	r.start()
 }
 
 func TestTheChartRunsAsInstalled(t *testing.T) {
-	crds, err := bundle.PlatformCRDPaths()
-	require.NoError(t, err)
-	c := cluster.Start(t, cluster.Options{
-		Nodes: []cluster.Node{
-			// node-a carries the label the documented ModuleConfig places the controller by.
-			{Name: "node-a", Zone: "zone-a", Labels: map[string]string{"node-role.example.com/infra": ""}},
-			{Name: "node-b", Zone: "zone-b"},
-		},
-		ControlPlane: controlplane.Options{ExtraCRDPaths: crds},
-	})
+	inst := install(t, documentedModuleConfig(t))
+	c, admin, kube, procs := inst.c, inst.admin, inst.kube, inst.procs
 	ctx := t.Context()
-	admin := c.Env.Client
-	apiServer.host, apiServer.ca = c.Env.Config.Host, c.Env.Config.CAData
-	kube, err := kubernetes.NewForConfig(c.Env.Config)
-	require.NoError(t, err)
-	proxyBin := kubeRBACProxy(t)
-	bins, err := stack.Build()
-	require.NoError(t, err)
-	binaries := map[string]string{"controller": bins.Controller, "agent": bins.Agent, "kube-rbac-proxy": proxyBin}
-
-	// 1. The documented ModuleConfig, through the settings schema and the hooks, to values, and
-	// the chart rendered with them as Deckhouse passes an embedded module.
-	mc := documentedModuleConfig(t)
-	values, renderCtx, err := platform.Values(t, mc, bundle.ValueSet{EnabledModules: bundle.AllPlatformModules}, platform.Cluster{})
-	require.NoError(t, err)
-	rendered, err := bundle.RenderContext(values, renderCtx)
-	require.NoError(t, err)
-	objs := bundle.Objects(rendered)
-
-	// 2. What the platform has before the module: its monitoring namespace and accounts.
-	createNamespace(t, admin, bundle.MonitoringNamespace)
-	for _, sa := range []string{prometheusAccount, otherAccount} {
-		require.NoError(t, admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: bundle.MonitoringNamespace, Name: sa}}))
-	}
-
-	// 3. Every rendered object, applied the way the platform's Helm does (as its administrator,
-	// in Helm's install order), and every admission policy in force before anything runs.
-	applyAll(t, admin, objs)
-	waitPoliciesChecked(t, admin, objs)
-
-	// 4. The pods the Deployment and the DaemonSet would get, bound to nodes, with their status,
-	// and the processes of their containers.
-	deploy, err := objs.Deployment(bundle.Namespace, "controller")
-	require.NoError(t, err)
-	ds, err := objs.DaemonSet(bundle.Namespace, "agent")
-	require.NoError(t, err)
-	var procs []running
-	ctrlNode := nodeFor(t, c, deploy.Spec.Template.Spec.NodeSelector)
-	procs = append(procs, startPod(t, c, kube, binaries, "controller-0", deploy.Spec.Template, ctrlNode, false)...)
-	for _, n := range c.Nodes {
-		procs = append(procs, startPod(t, c, kube, binaries, "agent-"+n.Name, ds.Spec.Template, n, true)...)
-	}
 
 	// 5. Each program acts as its own ServiceAccount, bound to its pod's node.
 	for _, p := range procs {
@@ -219,6 +187,86 @@ spec:
 	}
 }
 
+// installation is the chart installed and running: the cluster, the administrator's clients,
+// the rendered objects and the running containers.
+type installation struct {
+	c     *cluster.Cluster
+	admin client.Client
+	kube  kubernetes.Interface
+	objs  bundle.Objects
+	procs []*running
+}
+
+// proc is the running container of a pod.
+func (in *installation) proc(t *testing.T, pod, container string) *running {
+	t.Helper()
+	for _, p := range in.procs {
+		if p.pod == pod && p.container == container {
+			return p
+		}
+	}
+	t.Fatalf("no container %s/%s", pod, container)
+	return nil
+}
+
+// install starts a cluster of two nodes and installs the chart in it with the ModuleConfig mc
+// (steps 1 to 4 of TestTheChartRunsAsInstalled).
+func install(t *testing.T, mc platform.ModuleConfig) *installation {
+	t.Helper()
+	crds, err := bundle.PlatformCRDPaths()
+	require.NoError(t, err)
+	c := cluster.Start(t, cluster.Options{
+		Nodes: []cluster.Node{
+			// node-a carries the label the documented ModuleConfig places the controller by.
+			{Name: "node-a", Zone: "zone-a", Labels: map[string]string{"node-role.example.com/infra": ""}},
+			{Name: "node-b", Zone: "zone-b"},
+		},
+		ControlPlane: controlplane.Options{ExtraCRDPaths: crds},
+	})
+	ctx := t.Context()
+	admin := c.Env.Client
+	apiServer.host, apiServer.ca = c.Env.Config.Host, c.Env.Config.CAData
+	kube, err := kubernetes.NewForConfig(c.Env.Config)
+	require.NoError(t, err)
+	proxyBin := kubeRBACProxy(t)
+	bins, err := stack.Build()
+	require.NoError(t, err)
+	binaries := map[string]string{"controller": bins.Controller, "agent": bins.Agent, "kube-rbac-proxy": proxyBin}
+
+	// 1. The ModuleConfig, through the settings schema and the hooks, to values, and the chart
+	// rendered with them as Deckhouse passes an embedded module.
+	values, renderCtx, err := platform.Values(t, mc, bundle.ValueSet{EnabledModules: bundle.AllPlatformModules}, platform.Cluster{})
+	require.NoError(t, err)
+	rendered, err := bundle.RenderContext(values, renderCtx)
+	require.NoError(t, err)
+	objs := bundle.Objects(rendered)
+
+	// 2. What the platform has before the module: its monitoring namespace and accounts.
+	createNamespace(t, admin, bundle.MonitoringNamespace)
+	for _, sa := range []string{prometheusAccount, otherAccount} {
+		require.NoError(t, admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: bundle.MonitoringNamespace, Name: sa}}))
+	}
+
+	// 3. Every rendered object, applied the way the platform's Helm does (as its administrator,
+	// in Helm's install order), and every admission policy in force before anything runs.
+	applyAll(t, admin, objs)
+	waitPoliciesChecked(t, admin, objs)
+
+	// 4. The pods the Deployment and the DaemonSet would get, bound to nodes, with their status,
+	// and the processes of their containers.
+	deploy, err := objs.Deployment(bundle.Namespace, "controller")
+	require.NoError(t, err)
+	ds, err := objs.DaemonSet(bundle.Namespace, "agent")
+	require.NoError(t, err)
+	var procs []*running
+	ctrlNode := nodeFor(t, c, deploy.Spec.Template.Spec.NodeSelector)
+	procs = append(procs, startPod(t, c, kube, binaries, "controller-0", deploy.Spec.Template, ctrlNode, false)...)
+	for _, n := range c.Nodes {
+		procs = append(procs, startPod(t, c, kube, binaries, "agent-"+n.Name, ds.Spec.Template, n, true)...)
+	}
+	return &installation{c: c, admin: admin, kube: kube, objs: objs, procs: procs}
+}
+
 // documentedModuleConfig is the ModuleConfig of docs/CONFIGURATION.md that sets every setting.
 func documentedModuleConfig(t *testing.T) platform.ModuleConfig {
 	t.Helper()
@@ -237,17 +285,7 @@ func documentedModuleConfig(t *testing.T) platform.ModuleConfig {
 // group itself when the package runs alone.
 func kubeRBACProxy(t *testing.T) string {
 	t.Helper()
-	root, err := bundle.Root()
-	require.NoError(t, err)
-	script := filepath.Join(root, "tools", "build.sh")
-	build, err := exec.Command("bash", script, "kube-rbac-proxy").CombinedOutput()
-	require.NoError(t, err, "tools/build.sh kube-rbac-proxy: %s", build)
-	out, err := exec.Command("bash", script, "--dir", "kube-rbac-proxy").Output()
-	require.NoError(t, err)
-	dir := strings.TrimSpace(string(out))
-	_, err = os.Stat(filepath.Join(dir, ".complete"))
-	require.NoError(t, err, "kube-rbac-proxy is not built (%s)", dir)
-	return filepath.Join(dir, "kube-rbac-proxy")
+	return toolBinary(t, "kube-rbac-proxy", "kube-rbac-proxy")
 }
 
 func createNamespace(t *testing.T, c client.Client, name string) {
@@ -329,7 +367,7 @@ func nodeFor(t *testing.T, c *cluster.Cluster, selector map[string]string) clust
 // scheduler would, writes the status the kubelet would (the simulated pod shares its node's host
 // network, so its IP is the node's), and starts each container as a process.
 func startPod(t *testing.T, c *cluster.Cluster, kube kubernetes.Interface, binaries map[string]string,
-	name string, tmpl corev1.PodTemplateSpec, node cluster.NodeInfo, agent bool) []running {
+	name string, tmpl corev1.PodTemplateSpec, node cluster.NodeInfo, agent bool) []*running {
 	t.Helper()
 	ctx := t.Context()
 	pod := &corev1.Pod{ObjectMeta: *tmpl.ObjectMeta.DeepCopy(), Spec: *tmpl.Spec.DeepCopy()}
@@ -356,7 +394,7 @@ func startPod(t *testing.T, c *cluster.Cluster, kube kubernetes.Interface, binar
 		require.NoError(t, os.WriteFile(filepath.Join(saDir, file), data, 0o600))
 	}
 
-	var out []running
+	var out []*running
 	var upstreamOverride string
 	for i := range pod.Spec.Containers {
 		ctr := &pod.Spec.Containers[i]
@@ -368,7 +406,7 @@ func startPod(t *testing.T, c *cluster.Cluster, kube kubernetes.Interface, binar
 		for _, a := range ctr.Args {
 			args = append(args, expand(a, env))
 		}
-		r := running{pod: name, container: ctr.Name, token: tr.Status.Token}
+		r := &running{pod: name, container: ctr.Name, token: tr.Status.Token}
 		probePorts := map[string]string{}
 		switch {
 		case ctr.Name == "kube-rbac-proxy":
@@ -383,8 +421,11 @@ func startPod(t *testing.T, c *cluster.Cluster, kube kubernetes.Interface, binar
 			// collide, so each agent's metrics and health addresses move to free loopback ports.
 			args, upstreamOverride, probePorts = overrideAgentPorts(t, name, args)
 		}
-		startInCluster(t, name+"/"+ctr.Name, bin, args, env, order, saDir, c.Env.Config.Host)
-		waitReady(t, pod, ctr, r, probePorts)
+		r.start = func() {
+			r.proc = startInCluster(t, name+"/"+ctr.Name, bin, args, env, order, saDir, c.Env.Config.Host)
+			waitReady(t, pod, ctr, r, probePorts)
+		}
+		r.start()
 		out = append(out, r)
 	}
 	return out
@@ -442,7 +483,7 @@ exec "$@"`
 
 // startInCluster starts a program with exactly the container's environment plus the variables
 // the kubelet adds for in-cluster clients, and its pod's service-account files.
-func startInCluster(t *testing.T, name, bin string, args []string, env map[string]string, order []string, saDir, apiServer string) {
+func startInCluster(t *testing.T, name, bin string, args []string, env map[string]string, order []string, saDir, apiServer string) *process.Process {
 	t.Helper()
 	u, err := url.Parse(apiServer)
 	require.NoError(t, err)
@@ -456,13 +497,13 @@ func startInCluster(t *testing.T, name, bin string, args []string, env map[strin
 	cmd := exec.Command("/bin/sh", append([]string{"-c", inClusterScript, "swh-in-cluster", saDir, bin}, args...)...)
 	cmd.Env = environ
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
-	process.StartForTest(t, name, cmd)
+	return process.StartForTest(t, name, cmd)
 }
 
 // waitReady waits until the container is ready the way the kubelet would see it: its rendered
 // readiness probe for the programs; a TLS handshake on its listen address for kube-rbac-proxy,
 // whose rendered probe path exists only in Deckhouse's build.
-func waitReady(t *testing.T, pod *corev1.Pod, c *corev1.Container, r running, probePorts map[string]string) {
+func waitReady(t *testing.T, pod *corev1.Pod, c *corev1.Container, r *running, probePorts map[string]string) {
 	t.Helper()
 	if r.listen != "" {
 		require.EventuallyWithT(t, func(ct *assert.CollectT) {
