@@ -34,12 +34,26 @@ var images struct {
 	err      error
 }
 
+// EnabledEnv turns the real-node tests on: `make test-nodes` sets it to 1. They need root, the
+// node and containerd tool groups (minutes to build on a fresh machine) and runc, so `make test`
+// leaves them out.
+const EnabledEnv = "SWH_REAL_NODES"
+
+// SkipUnlessEnabled skips the test unless EnabledEnv is 1; call it before starting anything.
+func SkipUnlessEnabled(t testing.TB) {
+	t.Helper()
+	if os.Getenv(EnabledEnv) != "1" {
+		t.Skipf("real nodes run in `make test-nodes` (%s=1)", EnabledEnv)
+	}
+}
+
 // StartForTest starts a real node against env's API server (started with the Node authorizer
 // and NodeRestriction), with a node client certificate, and waits until its Node is Ready. The
 // node is stopped and its state removed when the test ends; its logs are printed when the test
 // failed. The tools are built into the tool cache on first use; the images once per process.
 func StartForTest(t testing.TB, env *controlplane.Env, spec Spec) *Node {
 	t.Helper()
+	SkipUnlessEnabled(t)
 	kubeletDir, err := ToolDir("node")
 	if err != nil {
 		t.Fatal(err)

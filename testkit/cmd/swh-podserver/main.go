@@ -7,7 +7,8 @@
 // the harness's in-process servers do. GET /ready answers 200 while the server is ready and 503
 // after POST /control/unready (POST /control/ready undoes it): a test makes the kubelet's
 // readiness probe fail while every other path, and so the product's per-port probe, still
-// passes. On SIGTERM it waits -term-delay, then closes its listeners and exits.
+// passes. POST /control/exit makes the process exit with status 3 (a crash: the kubelet
+// restarts the container in the same pod). On SIGTERM it waits -term-delay, then closes its listeners and exits.
 package main
 
 import (
@@ -46,6 +47,14 @@ func main() {
 	mux.HandleFunc("POST /control/ready", func(w http.ResponseWriter, _ *http.Request) {
 		unready.Store(false)
 		reply(w, pod)
+	})
+	mux.HandleFunc("POST /control/exit", func(w http.ResponseWriter, _ *http.Request) {
+		reply(w, pod)
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+		log.Printf("exiting with status 3 as asked")
+		os.Exit(3)
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { reply(w, pod) })
 	var servers []*http.Server

@@ -45,8 +45,9 @@ var tm = e2e.Timing{PeriodSeconds: 1, FailureThreshold: 2, MinInWindow: 20, Wait
 // realStack is a cluster (API server with the Node authorizer and NodeRestriction, kube-proxy),
 // one real node, the product with an agent for it, and the built-in Deployment and ReplicaSet
 // controllers (kube-controller-manager); all stopped when the test ends.
-func realStack(t *testing.T) *stack.Stack {
+func realStack(t *testing.T) (*stack.Stack, *realnode.Node) {
 	t.Helper()
+	realnode.SkipUnlessEnabled(t)
 	c := cluster.Start(t, cluster.Options{
 		KubeProxy: true,
 		ControlPlane: controlplane.Options{APIServerFlags: map[string]string{
@@ -54,20 +55,21 @@ func realStack(t *testing.T) *stack.Stack {
 			"enable-admission-plugins": "NodeRestriction",
 		}},
 	})
-	realnode.StartForTest(t, c.Env, realnode.Spec{Name: nodeName, NodeIP: nodeIP, PodCIDR: "198.18.200.0/24", Bridge: "swhcni0"})
+	n := realnode.StartForTest(t, c.Env, realnode.Spec{Name: nodeName, NodeIP: nodeIP, PodCIDR: "198.18.200.0/24", Bridge: "swhcni0"})
 	s := stack.Start(t, stack.Options{Cluster: c, AgentNodes: []string{nodeName}})
 	bin, err := controlplane.Binary("kube-controller-manager")
 	require.NoError(t, err)
 	cmd := exec.Command(bin, "--kubeconfig="+s.Kubeconfig, //nolint:gosec // the pinned tool binary
 		"--controllers=deployment-controller,replicaset-controller", "--leader-elect=false", "--secure-port=0")
 	process.StartForTest(t, "kube-controller-manager", cmd)
-	return s
+	return s, n
 }
 
 // TestRealNodeRegistersReadyAndRunsAPod: the kubelet registers its Node with its node
 // certificate, runs a pod of the local server image through containerd, runc and the CNI
 // bridge, and the pod answers on its IP with its name.
 func TestRealNodeRegistersReadyAndRunsAPod(t *testing.T) {
+	realnode.SkipUnlessEnabled(t)
 	c := cluster.Start(t, cluster.Options{
 		ControlPlane: controlplane.Options{APIServerFlags: map[string]string{
 			"authorization-mode":       "Node,RBAC",
@@ -91,7 +93,7 @@ func TestRealNodeRegistersReadyAndRunsAPod(t *testing.T) {
 // loop through the Service's ClusterIP and kube-proxy: 0 failed requests, and afterwards every
 // request answered by a new pod.
 func TestRealNodeRollingUpdate(t *testing.T) {
-	s := realStack(t)
+	s, _ := realStack(t)
 	c := s.Cluster
 	ns := c.Env.CreateNamespaceForTest(t, "rollout")
 	require.NoError(t, s.Apply(t.Context(), ns, webResource(ns), deployment(ns, "1")))
@@ -125,7 +127,7 @@ func TestRealNodeRollingUpdate(t *testing.T) {
 // port keeps its endpoint (0 failed requests through it), the unprobed port admin follows the
 // pod's readiness and loses it; both come back when readiness does.
 func TestRealNodeReadinessFailsWhilePerPortProbePasses(t *testing.T) {
-	s := realStack(t)
+	s, _ := realStack(t)
 	c := s.Cluster
 	ns := c.Env.CreateNamespaceForTest(t, "readiness")
 	require.NoError(t, s.Apply(t.Context(), ns, webResource(ns), deployment(ns, "1")))
