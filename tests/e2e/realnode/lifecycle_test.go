@@ -5,6 +5,7 @@ package realnode_test
 
 import (
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -128,5 +129,37 @@ func TestRealNodeKubeletStopped(t *testing.T) {
 	res := loop.Stop()
 
 	tm.RequireWindow(t, res, "kubelet stopped", from, to)
+	require.Empty(t, res.Failed(), "failed requests: %s", e2e.Failures(res))
+}
+
+// TestRealNodePodRecreatedOnAnotherNode: the Deployment's pods move from real-a to real-b (a
+// rollout that changes their node): the new pods get addresses of real-b's range, real-b's
+// agent publishes them, real-a's agent withdraws the old ones, and the request loop through the
+// ClusterIP sees 0 failures.
+func TestRealNodePodRecreatedOnAnotherNode(t *testing.T) {
+	s, _ := realStack(t, nodeA, nodeB)
+	c := s.Cluster
+	ns := c.Env.CreateNamespaceForTest(t, "move")
+	require.NoError(t, s.Apply(t.Context(), ns, webResource(ns), deployment(ns, "1")))
+	old := waitPods(t, c, ns, "1", 2)
+	waitProgrammed(t, c, ns+"/web", 80, endpoints(old, 8080))
+
+	loop := c.Traffic(t, cluster.TrafficOptions{Service: ns + "/web", Port: 80, Duration: 5 * time.Minute})
+	tm.WaitRequestsAfter(t, loop, time.Now(), tm.MinInWindow)
+	from := time.Now()
+	d := deployment(ns, "2")
+	d.Spec.Template.Spec.NodeName = nodeB.Name
+	require.NoError(t, s.Apply(t.Context(), ns, d))
+	moved := waitPods(t, c, ns, "2", 2)
+	for _, p := range moved {
+		require.Equal(t, nodeB.Name, p.Spec.NodeName)
+		require.True(t, netip.MustParsePrefix(nodeB.PodCIDR).Contains(netip.MustParseAddr(p.Status.PodIP)), p.Status.PodIP)
+	}
+	waitProgrammed(t, c, ns+"/web", 80, endpoints(moved, 8080))
+	to := time.Now()
+	tm.WaitRequestsAfter(t, loop, to, tm.MinInWindow)
+	res := loop.Stop()
+
+	tm.RequireWindow(t, res, "pods moved to another node", from, to)
 	require.Empty(t, res.Failed(), "failed requests: %s", e2e.Failures(res))
 }

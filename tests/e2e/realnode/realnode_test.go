@@ -42,12 +42,23 @@ const (
 // tm is the suite's timing: probes every second, two failures to fail, waits of a minute.
 var tm = e2e.Timing{PeriodSeconds: 1, FailureThreshold: 2, MinInWindow: 20, WaitFor: 2 * time.Minute, Poll: 100 * time.Millisecond}
 
+// nodeA is the first real node; nodeB a second one, on another address of the cluster namespace
+// (realStack adds it to lo) with its own bridge and pod range.
+var (
+	nodeA = realnode.Spec{Name: nodeName, NodeIP: nodeIP, PodCIDR: "198.18.200.0/24", Bridge: "swhcni0"}
+	nodeB = realnode.Spec{Name: "real-b", NodeIP: "198.19.0.2", PodCIDR: "198.18.201.0/24", Bridge: "swhcni1"}
+)
+
 // realStack is a cluster (API server with the Node authorizer and NodeRestriction, kube-proxy),
-// one real node, the product with an agent for it, and the built-in Deployment and ReplicaSet
-// controllers (kube-controller-manager); all stopped when the test ends.
-func realStack(t *testing.T) (*stack.Stack, *realnode.Node) {
+// real nodes (default nodeA), the product with an agent for each, and the built-in Deployment
+// and ReplicaSet controllers (kube-controller-manager); all stopped when the test ends. It
+// returns the first node.
+func realStack(t *testing.T, specs ...realnode.Spec) (*stack.Stack, *realnode.Node) {
 	t.Helper()
 	realnode.SkipUnlessEnabled(t)
+	if len(specs) == 0 {
+		specs = []realnode.Spec{nodeA}
+	}
 	c := cluster.Start(t, cluster.Options{
 		KubeProxy: true,
 		ControlPlane: controlplane.Options{APIServerFlags: map[string]string{
@@ -55,14 +66,24 @@ func realStack(t *testing.T) (*stack.Stack, *realnode.Node) {
 			"enable-admission-plugins": "NodeRestriction",
 		}},
 	})
-	n := realnode.StartForTest(t, c.Env, realnode.Spec{Name: nodeName, NodeIP: nodeIP, PodCIDR: "198.18.200.0/24", Bridge: "swhcni0"})
-	s := stack.Start(t, stack.Options{Cluster: c, AgentNodes: []string{nodeName}})
+	var nodes []*realnode.Node
+	var names []string
+	for _, spec := range specs {
+		if spec.NodeIP != nodeIP {
+			// The cluster namespace dies with the test binary, and the address with it.
+			out, err := exec.Command("ip", "addr", "add", spec.NodeIP+"/32", "dev", "lo").CombinedOutput()
+			require.NoError(t, err, "%s", out)
+		}
+		nodes = append(nodes, realnode.StartForTest(t, c.Env, spec))
+		names = append(names, spec.Name)
+	}
+	s := stack.Start(t, stack.Options{Cluster: c, AgentNodes: names})
 	bin, err := controlplane.Binary("kube-controller-manager")
 	require.NoError(t, err)
 	cmd := exec.Command(bin, "--kubeconfig="+s.Kubeconfig, //nolint:gosec // the pinned tool binary
 		"--controllers=deployment-controller,replicaset-controller", "--leader-elect=false", "--secure-port=0")
 	process.StartForTest(t, "kube-controller-manager", cmd)
-	return s, n
+	return s, nodes[0]
 }
 
 // TestRealNodeRegistersReadyAndRunsAPod: the kubelet registers its Node with its node
@@ -76,7 +97,7 @@ func TestRealNodeRegistersReadyAndRunsAPod(t *testing.T) {
 			"enable-admission-plugins": "NodeRestriction",
 		}},
 	})
-	realnode.StartForTest(t, c.Env, realnode.Spec{Name: nodeName, NodeIP: nodeIP, PodCIDR: "198.18.200.0/24", Bridge: "swhcni0"})
+	realnode.StartForTest(t, c.Env, nodeA)
 	ns := c.Env.CreateNamespaceForTest(t, "realnode")
 	pod := &corev1.Pod{Spec: podSpec("1")}
 	pod.Namespace, pod.Name = ns, "web"
