@@ -116,7 +116,10 @@ func WaitReady(ctx context.Context, c client.Client, name string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("node %s did not become Ready (last error: %v): %w", name, err, ctx.Err())
+			if err != nil {
+				return fmt.Errorf("node %s did not become Ready: %w (last error: %w)", name, ctx.Err(), err)
+			}
+			return fmt.Errorf("node %s did not become Ready: %w", name, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

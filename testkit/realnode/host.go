@@ -48,7 +48,7 @@ func doMountCgroups() error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		// hierarchy-ID:controller-list:path, e.g. "4:memory:/x", "9:name=systemd:/", "0::/".
