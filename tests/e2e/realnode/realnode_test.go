@@ -70,9 +70,14 @@ func realStack(t *testing.T, specs ...realnode.Spec) (*stack.Stack, *realnode.No
 	var names []string
 	for _, spec := range specs {
 		if spec.NodeIP != nodeIP {
-			// The cluster namespace dies with the test binary, and the address with it.
-			out, err := exec.Command("ip", "addr", "add", spec.NodeIP+"/32", "dev", "lo").CombinedOutput()
+			addr := spec.NodeIP + "/32"
+			out, err := exec.Command("ip", "addr", "add", addr, "dev", "lo").CombinedOutput()
 			require.NoError(t, err, "%s", out)
+			t.Cleanup(func() {
+				if out, err := exec.Command("ip", "addr", "del", addr, "dev", "lo").CombinedOutput(); err != nil {
+					t.Errorf("removing %s from lo: %v: %s", addr, err, out)
+				}
+			})
 		}
 		nodes = append(nodes, realnode.StartForTest(t, c.Env, spec))
 		names = append(names, spec.Name)
