@@ -81,6 +81,11 @@ test: deps ## Run every test of every module (real API server, real servers); bu
 	@tools/build.sh kube
 	@GO_TEST_FLAGS="$(GO_TEST_FLAGS)" MODULES="$(MODULES)" STANDALONE="$(STANDALONE)" hack/test.sh
 
+.PHONY: test-nodes
+test-nodes: deps ## Run the end-to-end scenarios on real nodes (a kubelet and containerd per node, tests/e2e/realnode); builds the node and containerd tool groups.
+	@tools/build.sh kube node containerd
+	@cd tests && CGO_ENABLED=0 GOFLAGS="$${GOFLAGS:+$$GOFLAGS }-trimpath" SWH_REAL_NODES=1 go test $(GO_TEST_FLAGS) -run RealNode ./e2e/realnode/
+
 .PHONY: test-race
 test-race: deps test-tools ## Run the agent's, the controller's and testkit's tests with -race and the informer-cache mutation detector (hack/test-race.sh); PKGS="./x/..." picks packages.
 	@hack/test-race.sh $(PKGS)

@@ -13,6 +13,8 @@ command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
 # testkit/cluster runs processes inside pod network namespaces with nsenter.
 command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
+# testkit/realnode's containerd runs its containers with Debian's runc (make test-nodes).
+[[ -x /usr/sbin/runc ]] || missing+=(runc)
 
 if [[ ${#missing[@]} -eq 0 ]]; then
 	exit 0

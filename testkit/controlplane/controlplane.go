@@ -231,6 +231,18 @@ func (e *Env) WriteKubeConfig(dir string) (string, error) {
 	return p, nil
 }
 
+// KubeConfigFor returns a kubeconfig with a client certificate for user in groups, signed by
+// the API server's client CA: a real credential, not impersonation (a kubelet's node
+// credential is system:node:<name> in system:nodes, which the Node authorizer and the
+// NodeRestriction admission plugin recognise).
+func (e *Env) KubeConfigFor(user string, groups ...string) ([]byte, error) {
+	u, err := e.env.AddUser(envtest.User{Name: user, Groups: groups}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("adding user %s: %w", user, err)
+	}
+	return u.KubeConfig()
+}
+
 // ConfigAs returns a config that impersonates a user with groups. envtest's administrator is
 // in system:masters and bypasses RBAC; an impersonated user does not.
 func (e *Env) ConfigAs(user string, groups ...string) *rest.Config {

@@ -90,6 +90,9 @@ type Options struct {
 	LogDir string
 	// ControllerArgs and AgentArgs are further flags of every controller and agent.
 	ControllerArgs, AgentArgs []string
+	// AgentNodes are further nodes, not among the cluster's simulated ones, that get an agent:
+	// real nodes (testkit/realnode), whose Node objects their kubelets register.
+	AgentNodes []string
 	// NodeKubeProxies starts the cluster (when Cluster is nil) with cluster.Options
 	// NodeKubeProxies instead of KubeProxy: every node its own network namespace and its own
 	// kube-proxy, for node ports and health check node ports (externalTrafficPolicy: Local).
@@ -225,13 +228,13 @@ func New(ctx context.Context, opts Options) (s *Stack, err error) {
 			return s, err
 		}
 	}
-	for _, n := range s.Cluster.Nodes {
-		a, err := s.newAgent(n.Name)
+	for _, name := range s.agentNodes() {
+		a, err := s.newAgent(name)
 		if err != nil {
 			return s, err
 		}
 		s.mu.Lock()
-		s.agents[n.Name] = a
+		s.agents[name] = a
 		s.mu.Unlock()
 		if runs[a], err = a.launch(); err != nil {
 			return s, err
@@ -247,8 +250,8 @@ func New(ctx context.Context, opts Options) (s *Stack, err error) {
 	if _, err := s.WaitLeader(waitCtx); err != nil {
 		return s, err
 	}
-	for _, n := range s.Cluster.Nodes {
-		a := s.agents[n.Name]
+	for _, name := range s.agentNodes() {
+		a := s.agents[name]
 		if err := a.waitReady(waitCtx, runs[a]); err != nil {
 			return s, err
 		}
@@ -267,6 +270,16 @@ func (s *Stack) UsePrograms(bins Binaries, controllerArgs, agentArgs []string) {
 	s.Binaries = bins
 	s.opts.ControllerArgs = slices.Clone(controllerArgs)
 	s.opts.AgentArgs = slices.Clone(agentArgs)
+}
+
+// agentNodes are the names of the nodes that get an agent at the start: the cluster's, then
+// Options.AgentNodes.
+func (s *Stack) agentNodes() []string {
+	var names []string
+	for _, n := range s.Cluster.Nodes {
+		names = append(names, n.Name)
+	}
+	return append(names, s.opts.AgentNodes...)
 }
 
 // Client is the administrator's client of the cluster's API server.
