@@ -83,10 +83,10 @@ func ParseDrain(value string) (d Drain, problems []string) {
 
 // parseDrainEntry parses one entry of a drain list; problem describes an invalid one.
 func parseDrainEntry(s string) (DrainEntry, string) {
-	switch {
-	case s == "":
+	switch s {
+	case "":
 		return DrainEntry{}, "an empty entry (two commas, or a comma at an end)"
-	case s == wellknown.DrainAll:
+	case wellknown.DrainAll:
 		return DrainEntry{}, `"*" must stand alone, not in a list`
 	}
 	res, port, hasPort := strings.Cut(s, "/")

@@ -71,14 +71,14 @@ func TestDrainCovers(t *testing.T) {
 		port  int
 		want  bool
 	}{
-		"a star covers any port of any resource":      {"*", "other", 1, true},
-		"a resource covers its every port":            {"web", "web", 1, true},
-		"a resource does not cover another":           {"web", "webx", 0, false},
-		"a named port by its name":                    {"web/http", "web", 0, true},
-		"not the other port":                          {"web/http", "web", 1, false},
-		"an unnamed port by its number":               {"web/8443", "web", 1, true},
-		"a named port not by its number":              {"web/80", "web", 0, false},
-		"the pod of a resource without ports by name": {"web", "web", portrule.NoPort, true},
+		"a star covers any port of any resource":        {"*", "other", 1, true},
+		"a resource covers its every port":              {"web", "web", 1, true},
+		"a resource does not cover another":             {"web", "webx", 0, false},
+		"a named port by its name":                      {"web/http", "web", 0, true},
+		"not the other port":                            {"web/http", "web", 1, false},
+		"an unnamed port by its number":                 {"web/8443", "web", 1, true},
+		"a named port not by its number":                {"web/80", "web", 0, false},
+		"the pod of a resource without ports by name":   {"web", "web", portrule.NoPort, true},
 		"no port entry covers a resource without ports": {"web/http", "web", portrule.NoPort, false},
 	}
 	for name, tc := range cases {
