@@ -48,6 +48,16 @@ const (
 // AnnotationAdopt on a Service lets a ServiceWithHealthchecks of the same name adopt it.
 const AnnotationAdopt = "network.deckhouse.io/adopt"
 
+// AnnotationDrain on a Pod takes it out of new connections of the resources it names while
+// existing ones continue: "*" for every resource that selects it, or a comma-separated list of
+// resource names ("web", every port of it) and resource/port names ("web/http"; a port without
+// a name by its number, "web/8080"). Its endpoints are published ready=false, serving as their
+// probes decide, not terminating (docs/CR.md, "Draining a pod").
+const AnnotationDrain = "network.deckhouse.io/drain"
+
+// DrainAll is the value of AnnotationDrain that drains the pod from every resource.
+const DrainAll = "*"
+
 // SecretTypePostgreSQLCredentials is the type of a PostgreSQL credential Secret.
 const SecretTypePostgreSQLCredentials = "network.deckhouse.io/postgresql-credentials"
 

@@ -377,6 +377,11 @@ func (d *demo) resourceView(swh *v1alpha1.ServiceWithHealthchecks, slcs []discov
 				st.Why = "node " + pod.Spec.NodeName + " deleted: its slices are removed"
 			case found && !st.Serving && !agentUp:
 				st.Why = "withdrawn by the controller: the agent of " + pod.Spec.NodeName + " is gone"
+			case found && drainedWhy(&pod, swh.Name, pv.Name) != "":
+				st.Why = drainedWhy(&pod, swh.Name, pv.Name)
+				if !st.Serving && reason != "" && !readyEvent {
+					st.Why += "; " + reason
+				}
 			case reason != "" && !readyEvent:
 				st.Why = reason
 			case !found && !agentUp:

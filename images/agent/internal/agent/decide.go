@@ -12,6 +12,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/portrule"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/scheduler"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/sliceplan"
@@ -68,12 +69,13 @@ type Decision struct {
 	Desired []sliceplan.Desired
 	Plan    sliceplan.Plan
 	// Transitions are, by desired slice name, the changes of a probed port of a pod between
-	// serving and not serving that the slice carries: recorded as Events once the slice is
-	// written, not before.
+	// serving and not serving, and the drains and undrains of a pod's port, that the slice
+	// carries: recorded as Events once the slice is written, not before.
 	Transitions map[string][]Transition
 }
 
-// Transition is a probed port of a pod turning serving or not serving.
+// Transition is a probed port of a pod turning serving or not serving, or a port of a pod
+// drained or undrained (Drain).
 type Transition struct {
 	// Pod is the pod (its reference, the Event's related object).
 	Pod corev1.ObjectReference
@@ -83,7 +85,22 @@ type Transition struct {
 	// Serving is the new verdict; Reason says why it is not serving.
 	Serving bool
 	Reason  string
+	// Drain tells a drain transition from a verdict transition (DrainNone).
+	Drain DrainChange
+	// Drained tells that the pod is drained from the port (its Event says it stays out).
+	Drained bool
 }
+
+// DrainChange is what a drain transition does to a port of a pod.
+type DrainChange uint8
+
+// The drain transitions: none (a verdict transition), the port drained (taken out of new
+// connections by the pod's annotation) or undrained (published on its verdict again).
+const (
+	DrainNone DrainChange = iota
+	DrainStarted
+	DrainEnded
+)
 
 // Decide is the agent's reconcile of one resource on its node as a pure function: one binding
 // per pod (portrule.Bind) gives both the probe targets and, with the current results, the
@@ -113,17 +130,13 @@ func Decide(o Observed) Decision {
 		first := len(endpoints)
 		endpoints = b.AppendEvaluate(endpoints, &swh.Spec, results)
 		eps := endpoints[first:len(endpoints):len(endpoints)]
-		pods = append(pods, sliceplan.Pod{Pod: pod, Endpoints: eps})
-		for _, e := range eps {
-			if !e.Published || !e.Decided || len(e.Probes) == 0 {
-				continue
-			}
-			slot := 0
-			if e.PortIndex != portrule.NoPort {
-				slot = e.PortIndex
-			}
-			verdicts[pi*slotsPerPod+slot] = verdict{decided: true, serving: e.Serving, reason: e.Reason}
+		// Rule 8: the pod's drain annotation (its problems are the pod watch's to report).
+		if _, ok := pod.Annotations[wellknown.AnnotationDrain]; ok {
+			drain, _ := portrule.DrainOf(pod)
+			portrule.ApplyDrain(eps, swh.Name, &swh.Spec, drain)
 		}
+		pods = append(pods, sliceplan.Pod{Pod: pod, Endpoints: eps})
+		setVerdicts(verdicts[pi*slotsPerPod:(pi+1)*slotsPerPod], eps)
 	}
 	if len(o.Pods) > 0 {
 		d.SecretRefs = secretRefs(swh)
@@ -216,111 +229,6 @@ func existingSlices(o Observed) (map[string]*discoveryv1.EndpointSlice, []*disco
 		}
 	}
 	return existing, own
-}
-
-// verdict is the decided verdict of a pod on a probed port.
-type verdict struct {
-	decided bool
-	serving bool
-	reason  string
-}
-
-// portSlot is the slot of a port, by name, among a pod's verdicts: its index in spec.ports (0
-// for the one endpoint of a resource without ports); ok is false for a port the spec lacks.
-func portSlot(swh *v1alpha1.ServiceWithHealthchecks, name string) (int, bool) {
-	if len(swh.Spec.Ports) == 0 {
-		return 0, name == ""
-	}
-	for i := range swh.Spec.Ports {
-		if swh.Spec.Ports[i].Name == name {
-			return i, true
-		}
-	}
-	return 0, false
-}
-
-// Carried conditions of a pod on a port in the existing slices (transitions).
-const (
-	notCarried uint8 = iota
-	carriedNotServing
-	carriedServing
-)
-
-// transitions compares the decided verdicts of probed ports (by pod of pods and port slot) with
-// what the existing slices of (resource, node) carry. A verdict that differs, or a failing
-// verdict the slices never carried, is a transition; it is reported with the first desired
-// slice that lists the pod on that port (a dual-stack pod is in one slice per family: it is
-// reported once). A pod that appears serving is not a transition: only a change back to serving
-// is ("probes pass"). Pods are found by uid once; the rest is indexing.
-func transitions(swh *v1alpha1.ServiceWithHealthchecks, pods []*corev1.Pod, desired []sliceplan.Desired, existing []*discoveryv1.EndpointSlice, verdicts []verdict) map[string][]Transition {
-	slotsPerPod := max(1, len(swh.Spec.Ports))
-	index := make(map[types.UID]int, len(pods))
-	for i, p := range pods {
-		index[p.UID] = i
-	}
-	before := make([]uint8, len(verdicts))
-	for _, s := range existing {
-		port, _ := slicemeta.PortOf(s)
-		slot, ok := portSlot(swh, port)
-		if !ok {
-			continue
-		}
-		for _, e := range s.Endpoints {
-			if e.TargetRef == nil {
-				continue
-			}
-			i, ok := index[e.TargetRef.UID]
-			if !ok {
-				continue
-			}
-			k := i*slotsPerPod + slot
-			switch {
-			case e.Conditions.Serving == nil || *e.Conditions.Serving:
-				before[k] = carriedServing
-			case before[k] == notCarried:
-				before[k] = carriedNotServing
-			}
-		}
-	}
-	out := map[string][]Transition{}
-	reported := make([]bool, len(verdicts))
-	for _, ds := range desired {
-		slot, ok := portSlot(swh, ds.Key.Port)
-		if !ok {
-			continue
-		}
-		for _, e := range ds.Slice.Endpoints {
-			if e.TargetRef == nil {
-				continue
-			}
-			i, ok := index[e.TargetRef.UID]
-			if !ok {
-				continue
-			}
-			k := i*slotsPerPod + slot
-			v := verdicts[k]
-			if !v.decided || reported[k] {
-				continue
-			}
-			reported[k] = true
-			was, seen := before[k] == carriedServing, before[k] != notCarried
-			switch {
-			case seen && was == v.serving:
-			case v.serving && !seen:
-			default:
-				pod := pods[i]
-				t := Transition{
-					Pod:     corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
-					Serving: v.serving, Reason: v.reason,
-				}
-				if len(swh.Spec.Ports) > 0 {
-					t.Port = swh.Spec.Ports[slot].DisplayName()
-				}
-				out[ds.Slice.Name] = append(out[ds.Slice.Name], t)
-			}
-		}
-	}
-	return out
 }
 
 // secretRefs are the credential Secrets the probes of a resource reference.

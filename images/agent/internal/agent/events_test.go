@@ -25,12 +25,13 @@ import (
 
 // eventWrite is one write of an Event the API server showed in a watch.
 type eventWrite struct {
-	op      watch.EventType
-	name    string
-	reason  string
-	related string
-	note    string
-	series  int32
+	op        watch.EventType
+	name      string
+	reason    string
+	regarding string
+	related   string
+	note      string
+	series    int32
 }
 
 // eventWatch records every write of events.k8s.io Events in a namespace, from a watch opened at
@@ -57,7 +58,7 @@ func watchEvents(t *testing.T, c *cluster.Cluster, ns string) *eventWatch {
 			if !ok || (ev.Type != watch.Added && ev.Type != watch.Modified) {
 				continue
 			}
-			wr := eventWrite{op: ev.Type, name: e.Name, reason: e.Reason, note: e.Note, series: 1}
+			wr := eventWrite{op: ev.Type, name: e.Name, reason: e.Reason, regarding: e.Regarding.Name, note: e.Note, series: 1}
 			if e.Related != nil {
 				wr.related = e.Related.Name
 			}
@@ -71,6 +72,19 @@ func watchEvents(t *testing.T, c *cluster.Cluster, ns string) *eventWatch {
 	}()
 	t.Cleanup(func() { w.Stop(); <-done })
 	return ew
+}
+
+// regarding returns the writes of Events regarding an object (a pod, a resource) with a reason.
+func (w *eventWatch) regarding(name, reason string) []eventWrite {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []eventWrite
+	for _, e := range w.writes {
+		if e.regarding == name && e.reason == reason {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // about returns the writes of Events related to a pod, optionally with one reason.

@@ -45,6 +45,13 @@ const (
 	ReasonSliceNameTaken = "EndpointSliceNameTaken"
 	// ReasonPortsChanged is the summary of a resource's port transitions in one window.
 	ReasonPortsChanged = "PortsChanged"
+	// ReasonDrained and ReasonUndrained report a pod's port taken out of new connections by
+	// its drain annotation, and published on its verdict again, on the resource and the pod.
+	ReasonDrained   = "Drained"
+	ReasonUndrained = "Undrained"
+	// ReasonDrainInvalid reports, on a pod, a drain annotation or entries of it the agent
+	// cannot apply (bad syntax, a resource or port that does not exist).
+	ReasonDrainInvalid = "DrainInvalid"
 )
 
 // Scheme knows the built-in types and the module's.

@@ -22,6 +22,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/portrule"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/publisher"
 )
 
@@ -37,12 +38,15 @@ func (r *Reconciler) record(o Observed, d Decision, written publisher.Result) {
 			continue
 		}
 		for _, t := range d.Transitions[ds.Slice.Name] {
+			happened = append(happened, t)
+			if t.Drain != DrainNone {
+				continue
+			}
 			state := "not_serving"
 			if t.Serving {
 				state = "serving"
 			}
 			r.Metrics.PortTransitions.WithLabelValues(state).Inc()
-			happened = append(happened, t)
 		}
 	}
 	r.reportTransitions(swh, happened, len(written.Written))
@@ -125,10 +129,22 @@ func noteOf(t Transition) string {
 	if t.Port != "" {
 		where += ", port " + t.Port
 	}
-	if t.Serving {
-		return capNote(where + ": probes pass")
+	return capNote(where + ": " + whatHappened(t))
+}
+
+// whatHappened is the part of a transition's note after the pod and port.
+func whatHappened(t Transition) string {
+	switch {
+	case t.Drain == DrainStarted:
+		return portrule.ReasonDrained + ": existing connections continue, new ones go to other pods"
+	case t.Drain == DrainEnded:
+		return "the drain annotation no longer names it: published on its probe verdict again"
+	case t.Serving && t.Drained:
+		return "probes pass; " + portrule.ReasonDrained + ": no new connections until the annotation is removed"
+	case t.Serving:
+		return "probes pass"
 	}
-	return capNote(where + ": " + t.Reason)
+	return t.Reason
 }
 
 // capNote cuts a note to MaxNoteBytes at a rune boundary, ending it with "…" when cut.
@@ -174,16 +190,20 @@ func (r *Reconciler) reportTransitions(swh *v1alpha1.ServiceWithHealthchecks, ha
 	if len(batch) <= max(minOneByOne, budget) {
 		for _, t := range batch {
 			pod := t.Pod
-			if t.Serving {
+			switch {
+			case t.Drain != DrainNone:
+				r.Recorder.Eventf(swh, &pod, corev1.EventTypeNormal, drainReason(t), "Drain", "%s", noteOf(t))
+			case t.Serving:
 				r.Recorder.Eventf(swh, &pod, corev1.EventTypeNormal, ReasonPortReady, "Probe", "%s", noteOf(t))
-			} else {
+			default:
 				r.Recorder.Eventf(swh, &pod, corev1.EventTypeWarning, ReasonPortNotReady, "Probe", "%s", noteOf(t))
 			}
 			r.Metrics.TransitionEvents.WithLabelValues("one").Inc()
 		}
-		return
+	} else {
+		r.summarize(swh, batch, now)
 	}
-	r.summarize(swh, batch, now)
+	r.reportDrainsOnPods(swh, batch)
 }
 
 // summarize writes one Event with the counts of a window's transitions and the first of them.
@@ -202,7 +222,7 @@ func (r *Reconciler) summarize(swh *v1alpha1.ServiceWithHealthchecks, batch []Tr
 		Note:                summaryNote(batch, EventWindow),
 	}
 	for _, t := range batch {
-		if !t.Serving {
+		if !t.Serving && t.Drain == DrainNone {
 			ev.Type = corev1.EventTypeWarning
 			break
 		}
@@ -229,13 +249,24 @@ func (r *Reconciler) reportingInstance() string {
 // MaxNoteBytes ("12 port transitions within 2s: 7 stopped serving, 5 serve again. pod a, port
 // http: probe 0 (HTTP): HTTP 503; ... (and 9 more)").
 func summaryNote(batch []Transition, window time.Duration) string {
-	down := 0
+	var down, up, drained, undrained int
 	for _, t := range batch {
-		if !t.Serving {
+		switch {
+		case t.Drain == DrainStarted:
+			drained++
+		case t.Drain == DrainEnded:
+			undrained++
+		case t.Serving:
+			up++
+		default:
 			down++
 		}
 	}
-	head := fmt.Sprintf("%d port transitions within %s: %d stopped serving, %d serve again.", len(batch), window, down, len(batch)-down)
+	head := fmt.Sprintf("%d port transitions within %s: %d stopped serving, %d serve again", len(batch), window, down, up)
+	if drained+undrained > 0 {
+		head += fmt.Sprintf(", %d drained, %d undrained", drained, undrained)
+	}
+	head += "."
 	var b strings.Builder
 	b.WriteString(head)
 	for i, t := range batch {

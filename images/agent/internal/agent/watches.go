@@ -43,6 +43,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// The map function runs for the old and the new pod of an update, so a pod whose labels
 		// stop matching is withdrawn by the resource it left.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.resourcesOfPod)).
+		// A drain annotation that appears or changes is checked once, and what of it cannot be
+		// applied is reported on the pod (the reconciles above apply the rest).
+		Watches(&corev1.Pod{}, r.drainWatch()).
 		// The event of a slice write of this agent's own reconciles nothing: the reconcile that
 		// wrote it decided from everything the write carries.
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.resourceOfSlice),

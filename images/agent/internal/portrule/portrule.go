@@ -77,6 +77,9 @@ type Endpoint struct {
 	Decided bool
 	// PublishNotReady tells that the resource publishes not-ready addresses (Ready is forced).
 	PublishNotReady bool
+	// Drained tells that the pod is drained from this port (rule 8, ApplyDrain): Ready is
+	// false whatever the verdict, also an undecided one carried over.
+	Drained bool
 	// Reason says why the port is not serving ("" when it is), for Events.
 	Reason string
 	// Probes are the indexes of the probes that check this port (own and whole-pod).

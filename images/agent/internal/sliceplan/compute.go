@@ -115,6 +115,8 @@ func candidates(in Input, shared *sharedParts, parts []podParts) ([]candidate, m
 					}
 					ready, serving, terminating = portrule.Conditions(published && c.Serving != nil && *c.Serving, ep.Terminating, ep.PublishNotReady)
 				}
+				// Rule 8: a drained pod takes no new connection, whatever its verdict.
+				ready = ready && !ep.Drained
 				cands = append(cands, candidate{gk: gk, pod: pi, ip: i, ready: ready, serving: serving, terminating: terminating})
 			}
 		}
