@@ -9,6 +9,8 @@ missing=()
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v nft >/dev/null 2>&1 || missing+=(nftables)
 [[ -x /usr/lib/postgresql/15/bin/postgres && -x /usr/lib/postgresql/15/bin/initdb ]] || missing+=(postgresql-15)
+# testkit/mariadb starts its own MariaDB servers (the MySQL probe's tests).
+[[ -x /usr/sbin/mariadbd && -x /usr/bin/mariadb-install-db ]] || missing+=(mariadb-server)
 command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
 # testkit/cluster runs processes inside pod network namespaces with nsenter.

@@ -55,6 +55,7 @@ func TestBinaryListsAndConfiguresEveryHook(t *testing.T) {
 		`"kind":"ServiceWithHealthchecks"`,
 		`"kind":"Secret"`,
 		`"network.deckhouse.io/postgresql-credentials"`,
+		`"network.deckhouse.io/mysql-credentials"`,
 	} {
 		assert.True(t, strings.Contains(strings.ReplaceAll(text, " ", ""), want), "hooks config has %s: %s", want, out)
 	}

@@ -21,8 +21,10 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/DataDog/gostackparse v0.7.0 // indirect
 	github.com/ettle/strcase v0.2.0 // indirect
+	github.com/go-sql-driver/mysql v1.10.2 // indirect
 	github.com/gojuno/minimock/v3 v3.4.7 // indirect
 	github.com/google/go-containerregistry v0.20.6 // indirect
 	github.com/itchyny/gojq v0.12.17 // indirect

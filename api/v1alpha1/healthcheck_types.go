@@ -11,7 +11,7 @@ import (
 // The healthcheck section of a ServiceWithHealthchecks: its probes, one section per mode.
 
 // ProbeMode names the kind of check a probe performs.
-// +kubebuilder:validation:Enum=HTTP;TCP;PostgreSQL
+// +kubebuilder:validation:Enum=HTTP;TCP;PostgreSQL;MySQL
 type ProbeMode string
 
 // The probe modes.
@@ -19,6 +19,7 @@ const (
 	ProbeModeHTTP       ProbeMode = "HTTP"
 	ProbeModeTCP        ProbeMode = "TCP"
 	ProbeModePostgreSQL ProbeMode = "PostgreSQL"
+	ProbeModeMySQL      ProbeMode = "MySQL"
 )
 
 // Healthcheck holds the probes and their schedule.
@@ -49,11 +50,12 @@ type Healthcheck struct {
 
 // Probe is one active check of a pod.
 //
-// +kubebuilder:validation:XValidation:rule="self.mode != 'TCP' || (has(self.tcp) && !has(self.http) && !has(self.postgreSQL))",message="a probe with mode: TCP must set tcp: {targetPort: ...} and neither http nor postgreSQL"
-// +kubebuilder:validation:XValidation:rule="self.mode != 'HTTP' || (has(self.http) && !has(self.tcp) && !has(self.postgreSQL))",message="a probe with mode: HTTP must set http: {targetPort: ...} and neither tcp nor postgreSQL"
-// +kubebuilder:validation:XValidation:rule="self.mode != 'PostgreSQL' || (has(self.postgreSQL) && !has(self.tcp) && !has(self.http))",message="a probe with mode: PostgreSQL must set postgreSQL: {targetPort: ...} and neither tcp nor http"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'TCP' || (has(self.tcp) && !has(self.http) && !has(self.postgreSQL) && !has(self.mySQL))",message="a probe with mode: TCP must set tcp: {targetPort: ...} and none of http, postgreSQL, mySQL"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'HTTP' || (has(self.http) && !has(self.tcp) && !has(self.postgreSQL) && !has(self.mySQL))",message="a probe with mode: HTTP must set http: {targetPort: ...} and none of tcp, postgreSQL, mySQL"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'PostgreSQL' || (has(self.postgreSQL) && !has(self.tcp) && !has(self.http) && !has(self.mySQL))",message="a probe with mode: PostgreSQL must set postgreSQL: {targetPort: ...} and none of tcp, http, mySQL"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'MySQL' || (has(self.mySQL) && !has(self.tcp) && !has(self.http) && !has(self.postgreSQL))",message="a probe with mode: MySQL must set mySQL: {targetPort: ...} and none of tcp, http, postgreSQL"
 type Probe struct {
-	// Mode of the probe: HTTP, TCP or PostgreSQL. The block of the same name holds its settings.
+	// Mode of the probe: HTTP, TCP, PostgreSQL or MySQL. The block of the same name holds its settings.
 	// +required
 	Mode ProbeMode `json:"mode"`
 
@@ -89,6 +91,10 @@ type Probe struct {
 	// PostgreSQL runs a read-only query; see the query field for what passes.
 	// +optional
 	PostgreSQL *PostgreSQLProbe `json:"postgreSQL,omitempty"`
+
+	// MySQL runs a read-only query against MySQL or MariaDB; see the query field for what passes.
+	// +optional
+	MySQL *MySQLProbe `json:"mySQL,omitempty"`
 }
 
 // TCPProbe connects to a port of the pod.
@@ -218,5 +224,37 @@ type PostgreSQLProbe struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="postgreSQL.authSecretName must be a Secret name (lowercase letters, digits, '-' and '.')"
+	AuthSecretName string `json:"authSecretName,omitempty"`
+}
+
+// MySQLProbe runs a query against a MySQL or MariaDB server in the pod.
+type MySQLProbe struct {
+	// TargetPort on the pod: a number, or the name of a container port.
+	// +required
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (size(self) <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a port number from 1 to 65535 or a container port name (lowercase letters, digits and '-', at most 15 characters, with at least one letter)"
+	TargetPort intstr.IntOrString `json:"targetPort"`
+
+	// DBName is the database to select after connecting; empty selects none.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	DBName string `json:"dbName,omitempty"`
+
+	// Query runs in a read-only transaction, alone (no multi-statements). It passes when the
+	// first column of the first row is true: a non-zero number (TRUE is 1 in MySQL) or the text
+	// "true" (any case). An error, no row, NULL, zero, or any other value fails.
+	// "SELECT 1" checks that the server answers; "SELECT @@read_only = 0" that it accepts writes.
+	// +optional
+	// +kubebuilder:default="SELECT 1"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	Query string `json:"query,omitempty"`
+
+	// AuthSecretName names a Secret of type network.deckhouse.io/mysql-credentials in the
+	// resource's namespace (keys user, password, tlsMode, caCert, clientCert, clientKey).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="mySQL.authSecretName must be a Secret name (lowercase letters, digits, '-' and '.')"
 	AuthSecretName string `json:"authSecretName,omitempty"`
 }

@@ -18,6 +18,7 @@ const (
 	DefaultFailureThreshold    int32 = 3
 	DefaultPostgreSQLQuery           = "SELECT 1"
 	DefaultPostgreSQLDBName          = "postgres"
+	DefaultMySQLQuery                = "SELECT 1"
 )
 
 // Input bounds the CRD enforces at admission (the kubebuilder markers below repeat the numbers:

@@ -61,6 +61,15 @@ const DrainAll = "*"
 // SecretTypePostgreSQLCredentials is the type of a PostgreSQL credential Secret.
 const SecretTypePostgreSQLCredentials = "network.deckhouse.io/postgresql-credentials"
 
+// SecretTypeMySQLCredentials is the type of a MySQL/MariaDB credential Secret. It has the keys
+// of a PostgreSQL one (user, password, tlsMode, caCert, clientCert, clientKey).
+const SecretTypeMySQLCredentials = "network.deckhouse.io/mysql-credentials"
+
+// IsCredentialSecretType reports whether t is the type of a credential Secret a probe can use.
+func IsCredentialSecretType(t string) bool {
+	return t == SecretTypePostgreSQLCredentials || t == SecretTypeMySQLCredentials
+}
+
 // MaxNameLength is the longest object name (a DNS subdomain).
 const MaxNameLength = 253
 

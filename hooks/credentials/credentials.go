@@ -1,7 +1,7 @@
 // Copyright The service-with-healthchecks Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package credentials wires PostgreSQL credential Secrets to the agent's RBAC. It snapshots which
+// Package credentials wires PostgreSQL and MySQL credential Secrets to the agent's RBAC. It snapshots which
 // Secrets the ServiceWithHealthchecks resources reference and which credential Secrets exist
 // (metadata and key names only, never values), and writes the internal values the templates
 // turn into Roles with resourceNames: the agent may read exactly the referenced credential
@@ -29,6 +29,9 @@ const (
 	SnapshotResources = "resources"
 	// SnapshotSecrets holds the credential Secrets (type network.deckhouse.io/postgresql-credentials).
 	SnapshotSecrets = "credential_secrets"
+	// SnapshotMySQLSecrets holds the MySQL credential Secrets (type
+	// network.deckhouse.io/mysql-credentials).
+	SnapshotMySQLSecrets = "mysql_credential_secrets"
 
 	// ValuesSecrets is where the Secrets the agent may read are written, grouped by namespace.
 	ValuesSecrets = "serviceWithHealthchecks.internal.credentialSecrets"
@@ -54,11 +57,12 @@ const (
 var TLSModes = []string{"Disabled", "SkipVerification", "VerifyCA", "VerifyAll"}
 
 // ResourcesFilter reduces a ServiceWithHealthchecks to its namespace, name and the sorted,
-// unique names of the Secrets its PostgreSQL probes reference.
+// unique names of the Secrets its PostgreSQL probes reference, and those its MySQL probes do.
 const ResourcesFilter = `{
   namespace: .metadata.namespace,
   name: .metadata.name,
-  secrets: ([.spec.healthcheck.probes[]? | .postgreSQL.authSecretName? // empty | select(. != "")] | unique)
+  secrets: ([.spec.healthcheck.probes[]? | .postgreSQL.authSecretName? // empty | select(. != "")] | unique),
+  mySQLSecrets: ([.spec.healthcheck.probes[]? | .mySQL.authSecretName? // empty | select(. != "")] | unique)
 }`
 
 // SecretsFilter reduces a credential Secret to its namespace, name, the names of its keys and
@@ -66,6 +70,7 @@ const ResourcesFilter = `{
 var SecretsFilter = `{
   namespace: .metadata.namespace,
   name: .metadata.name,
+  type: .type,
   keys: (((.data // {}) | keys) + ((.stringData // {}) | keys) | unique),
   tlsModeKnown: (((.data.tlsMode // null) | if . == null then true else (@base64d | IN(` +
 	quoteList(TLSModes) + `)) end))
@@ -84,12 +89,16 @@ type Resource struct {
 	Namespace string   `json:"namespace"`
 	Name      string   `json:"name"`
 	Secrets   []string `json:"secrets"`
+	// MySQLSecrets are the Secrets its MySQL probes reference.
+	MySQLSecrets []string `json:"mySQLSecrets,omitempty"`
 }
 
 // Secret is the filtered snapshot of a credential Secret.
 type Secret struct {
-	Namespace    string   `json:"namespace"`
-	Name         string   `json:"name"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Type is the Secret's type; empty stands for the PostgreSQL one.
+	Type         string   `json:"type,omitempty"`
 	Keys         []string `json:"keys"`
 	TLSModeKnown bool     `json:"tlsModeKnown"`
 }
@@ -130,6 +139,15 @@ var Config = &pkg.HookConfig{
 			}},
 			JqFilter: SecretsFilter,
 		},
+		{
+			Name:       SnapshotMySQLSecrets,
+			APIVersion: "v1",
+			Kind:       "Secret",
+			FieldSelector: &pkg.FieldSelector{MatchExpressions: []pkg.FieldSelectorRequirement{
+				{Field: "type", Operator: "Equals", Value: wellknown.SecretTypeMySQLCredentials},
+			}},
+			JqFilter: SecretsFilter,
+		},
 	},
 }
 
@@ -150,6 +168,11 @@ func Handle(_ context.Context, input *pkg.HookInput) error {
 	if err != nil {
 		return fmt.Errorf("reading the %s snapshot: %w", SnapshotSecrets, err)
 	}
+	mySQLSecrets, err := objectpatch.UnmarshalToStruct[Secret](input.Snapshots, SnapshotMySQLSecrets)
+	if err != nil {
+		return fmt.Errorf("reading the %s snapshot: %w", SnapshotMySQLSecrets, err)
+	}
+	secrets = append(secrets, mySQLSecrets...)
 
 	readable, problems := Compute(resources, secrets)
 	input.Values.Set(ValuesSecrets, readable)
@@ -166,21 +189,39 @@ func Handle(_ context.Context, input *pkg.HookInput) error {
 	return nil
 }
 
-// Compute decides which credential Secrets the agent may read (referenced by a resource of the
-// same namespace and existing with the credential type) and reports the references that cannot
-// be used. Both results are sorted so that the values, and so the rendered Roles, are stable.
-func Compute(resources []Resource, secrets []Secret) ([]NamespaceSecrets, []Problem) {
-	type key struct{ namespace, name string }
-	referencedBy := map[key][]string{}
+// secretKey is a reference to a credential Secret of a type.
+type secretKey struct{ namespace, name, typ string }
+
+// references maps every referenced credential Secret, with the type its probes need, to the
+// resources that reference it.
+func references(resources []Resource) map[secretKey][]string {
+	referencedBy := map[secretKey][]string{}
 	for _, r := range resources {
 		for _, s := range r.Secrets {
-			k := key{r.Namespace, s}
+			k := secretKey{r.Namespace, s, wellknown.SecretTypePostgreSQLCredentials}
+			referencedBy[k] = append(referencedBy[k], r.Name)
+		}
+		for _, s := range r.MySQLSecrets {
+			k := secretKey{r.Namespace, s, wellknown.SecretTypeMySQLCredentials}
 			referencedBy[k] = append(referencedBy[k], r.Name)
 		}
 	}
-	existing := make(map[key]Secret, len(secrets))
+	return referencedBy
+}
+
+// Compute decides which credential Secrets the agent may read (referenced by a resource of the
+// same namespace and existing with the credential type its probes need) and reports the
+// references that cannot be used. Both results are sorted so that the values, and so the
+// rendered Roles, are stable.
+func Compute(resources []Resource, secrets []Secret) ([]NamespaceSecrets, []Problem) {
+	referencedBy := references(resources)
+	existing := make(map[secretKey]Secret, len(secrets))
 	for _, s := range secrets {
-		existing[key{s.Namespace, s.Name}] = s
+		typ := s.Type
+		if typ == "" {
+			typ = wellknown.SecretTypePostgreSQLCredentials
+		}
+		existing[secretKey{s.Namespace, s.Name, typ}] = s
 	}
 
 	byNamespace := map[string][]string{}
@@ -193,11 +234,13 @@ func Compute(resources []Resource, secrets []Secret) ([]NamespaceSecrets, []Prob
 			problems = append(problems, Problem{
 				Namespace: k.namespace, Name: k.name, Kind: ProblemMissing, ReferencedBy: refs,
 				Message: fmt.Sprintf("no Secret %q of type %s in namespace %q (it is absent or has another type)",
-					k.name, wellknown.SecretTypePostgreSQLCredentials, k.namespace),
+					k.name, k.typ, k.namespace),
 			})
 			continue
 		}
-		byNamespace[k.namespace] = append(byNamespace[k.namespace], k.name)
+		if !slices.Contains(byNamespace[k.namespace], k.name) {
+			byNamespace[k.namespace] = append(byNamespace[k.namespace], k.name)
+		}
 		if msg := Malformed(s); msg != "" {
 			problems = append(problems, Problem{
 				Namespace: k.namespace, Name: k.name, Kind: ProblemMalformed, ReferencedBy: refs, Message: msg,
@@ -215,7 +258,10 @@ func Compute(resources []Resource, secrets []Secret) ([]NamespaceSecrets, []Prob
 		if problems[i].Namespace != problems[j].Namespace {
 			return problems[i].Namespace < problems[j].Namespace
 		}
-		return problems[i].Name < problems[j].Name
+		if problems[i].Name != problems[j].Name {
+			return problems[i].Name < problems[j].Name
+		}
+		return problems[i].Message < problems[j].Message
 	})
 	return readable, problems
 }

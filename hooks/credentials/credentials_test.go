@@ -89,7 +89,8 @@ func TestFiltersKeepKeyNamesButNeverValues(t *testing.T) {
 	var snap credentials.Secret
 	require.NoError(t, json.Unmarshal([]byte(got), &snap))
 	assert.Equal(t, credentials.Secret{
-		Namespace: "team-a", Name: "pg", Keys: []string{"caCert", "password", "tlsMode", "user"}, TLSModeKnown: true,
+		Namespace: "team-a", Name: "pg", Type: wellknown.SecretTypePostgreSQLCredentials,
+		Keys: []string{"caCert", "password", "tlsMode", "user"}, TLSModeKnown: true,
 	}, snap)
 	assert.NotContains(t, got, password, "the filter output must not carry values")
 	assert.NotContains(t, got, base64.StdEncoding.EncodeToString([]byte(password)))
@@ -124,11 +125,43 @@ func TestResourcesFilterCollectsUniqueReferences(t *testing.T) {
 	got := filter(t, credentials.ResourcesFilter, resource("team-a", "db", "pg-b", "pg-a", "pg-b"))
 	var r credentials.Resource
 	require.NoError(t, json.Unmarshal([]byte(got), &r))
-	assert.Equal(t, credentials.Resource{Namespace: "team-a", Name: "db", Secrets: []string{"pg-a", "pg-b"}}, r)
+	assert.Equal(t, credentials.Resource{Namespace: "team-a", Name: "db", Secrets: []string{"pg-a", "pg-b"}, MySQLSecrets: []string{}}, r)
 
 	got = filter(t, credentials.ResourcesFilter, resource("team-a", "web"))
 	require.NoError(t, json.Unmarshal([]byte(got), &r))
 	assert.Empty(t, r.Secrets, "a resource without PostgreSQL probes references nothing")
+}
+
+func TestResourcesFilterCollectsMySQLReferencesApart(t *testing.T) {
+	r := resource("team-a", "db", "pg-a")
+	r.Spec.Healthcheck.Probes = append(r.Spec.Healthcheck.Probes,
+		v1alpha1.Probe{MySQL: &v1alpha1.MySQLProbe{AuthSecretName: "my-b"}},
+		v1alpha1.Probe{MySQL: &v1alpha1.MySQLProbe{AuthSecretName: "my-a"}},
+		v1alpha1.Probe{MySQL: &v1alpha1.MySQLProbe{AuthSecretName: "my-b"}})
+	var got credentials.Resource
+	require.NoError(t, json.Unmarshal([]byte(filter(t, credentials.ResourcesFilter, r)), &got))
+	assert.Equal(t, credentials.Resource{Namespace: "team-a", Name: "db", Secrets: []string{"pg-a"}, MySQLSecrets: []string{"my-a", "my-b"}}, got)
+}
+
+func TestComputeMatchesTheTypeTheProbeNeeds(t *testing.T) {
+	resources := []credentials.Resource{
+		{Namespace: "a", Name: "orders", MySQLSecrets: []string{"my-main", "pg-main", "my-bad"}},
+		{Namespace: "a", Name: "billing", Secrets: []string{"pg-main", "my-main"}},
+	}
+	secrets := []credentials.Secret{
+		{Namespace: "a", Name: "pg-main", Type: wellknown.SecretTypePostgreSQLCredentials, Keys: []string{"user"}, TLSModeKnown: true},
+		{Namespace: "a", Name: "my-main", Type: wellknown.SecretTypeMySQLCredentials, Keys: []string{"user", "password"}, TLSModeKnown: true},
+		{Namespace: "a", Name: "my-bad", Type: wellknown.SecretTypeMySQLCredentials, Keys: []string{"password"}, TLSModeKnown: true},
+	}
+	readable, problems := credentials.Compute(resources, secrets)
+	assert.Equal(t, []credentials.NamespaceSecrets{{Namespace: "a", Names: []string{"my-bad", "my-main", "pg-main"}}}, readable)
+	assert.Equal(t, []credentials.Problem{
+		{Namespace: "a", Name: "my-bad", Kind: credentials.ProblemMalformed, ReferencedBy: []string{"orders"}, Message: "the key user is missing"},
+		{Namespace: "a", Name: "my-main", Kind: credentials.ProblemMissing, ReferencedBy: []string{"billing"},
+			Message: `no Secret "my-main" of type network.deckhouse.io/postgresql-credentials in namespace "a" (it is absent or has another type)`},
+		{Namespace: "a", Name: "pg-main", Kind: credentials.ProblemMissing, ReferencedBy: []string{"orders"},
+			Message: `no Secret "pg-main" of type network.deckhouse.io/mysql-credentials in namespace "a" (it is absent or has another type)`},
+	}, problems)
 }
 
 func TestComputeGrantsOnlyReferencedCredentialSecrets(t *testing.T) {
@@ -209,6 +242,7 @@ func TestHandleWritesValuesAndMetricsFromSnapshots(t *testing.T) {
 	snaps := mock.NewSnapshotsMock(t)
 	snaps.GetMock.When(credentials.SnapshotResources).Then(snapshots(t, res))
 	snaps.GetMock.When(credentials.SnapshotSecrets).Then(snapshots(t, sec))
+	snaps.GetMock.When(credentials.SnapshotMySQLSecrets).Then(snapshots(t, nil))
 
 	values, err := patchablevalues.NewPatchableValues(map[string]any{"serviceWithHealthchecks": map[string]any{}})
 	require.NoError(t, err)
@@ -254,10 +288,15 @@ func TestHandleWritesValuesAndMetricsFromSnapshots(t *testing.T) {
 
 func TestConfigSubscribesToResourcesAndCredentialSecretsOnly(t *testing.T) {
 	require.NoError(t, credentials.Config.Validate())
-	require.Len(t, credentials.Config.Kubernetes, 2)
+	require.Len(t, credentials.Config.Kubernetes, 3)
 	secrets := credentials.Config.Kubernetes[1]
 	assert.Equal(t, "Secret", secrets.Kind)
 	require.NotNil(t, secrets.FieldSelector, "the hook must not watch every Secret of the cluster")
 	assert.Equal(t, []pkg.FieldSelectorRequirement{{Field: "type", Operator: "Equals", Value: wellknown.SecretTypePostgreSQLCredentials}},
 		secrets.FieldSelector.MatchExpressions)
+	mySQLSecrets := credentials.Config.Kubernetes[2]
+	assert.Equal(t, "Secret", mySQLSecrets.Kind)
+	require.NotNil(t, mySQLSecrets.FieldSelector, "the hook must not watch every Secret of the cluster")
+	assert.Equal(t, []pkg.FieldSelectorRequirement{{Field: "type", Operator: "Equals", Value: wellknown.SecretTypeMySQLCredentials}},
+		mySQLSecrets.FieldSelector.MatchExpressions)
 }

@@ -29,10 +29,12 @@ type TrafficOptions struct {
 	Port int32
 	// Address, instead of Service, is an IP to dial directly (a pod, a node).
 	Address string
-	// Protocol is what the servers speak: HTTP (default), TCP, SMTP or PostgreSQL.
+	// Protocol is what the servers speak: HTTP (default), TCP, SMTP, PostgreSQL or MySQL.
 	Protocol Protocol
 	// PostgreSQL is how the PostgreSQL protocol logs in (nil: postgres, no password).
 	PostgreSQL *PostgreSQLLogin
+	// MySQL is how the MySQL protocol logs in (nil: root, no password).
+	MySQL *MySQLLogin
 	// Interval between the starts of two requests (default 10 ms). Requests are sequential,
 	// each on a new connection, so kube-proxy chooses an endpoint for every one.
 	Interval time.Duration
@@ -273,6 +275,8 @@ func send(ctx context.Context, hc *http.Client, target string, opts TrafficOptio
 		res.Pod, res.OK, res.Err = requestSMTP(ctx, target, opts.Timeout)
 	case PostgreSQL:
 		res.Pod, res.OK, res.Err = requestPostgreSQL(ctx, target, opts.PostgreSQL, opts.Timeout)
+	case MySQL:
+		res.Pod, res.OK, res.Err = requestMySQL(ctx, target, opts.MySQL, opts.Timeout)
 	default:
 		res.Err = fmt.Sprintf("unknown protocol %q", opts.Protocol)
 	}

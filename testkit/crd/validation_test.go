@@ -104,7 +104,7 @@ func TestInvalidResourcesAreRejectedWithAClearMessage(t *testing.T) {
 	}{
 		"a TCP probe that carries an http block names the tcp field": {
 			spec: withProbe("- mode: TCP\n  http: {targetPort: 8080, path: /}"),
-			want: "a probe with mode: TCP must set tcp: {targetPort: ...} and neither http nor postgreSQL",
+			want: "a probe with mode: TCP must set tcp: {targetPort: ...} and none of http, postgreSQL, mySQL",
 		},
 		"an HTTP probe without its http block": {
 			spec: withProbe("- mode: HTTP\n  tcp: {targetPort: 8080}"),
@@ -112,7 +112,39 @@ func TestInvalidResourcesAreRejectedWithAClearMessage(t *testing.T) {
 		},
 		"a PostgreSQL probe with a second block": {
 			spec: withProbe("- mode: PostgreSQL\n  postgreSQL: {targetPort: 5432}\n  tcp: {targetPort: 5432}"),
-			want: "a probe with mode: PostgreSQL must set postgreSQL: {targetPort: ...} and neither tcp nor http",
+			want: "a probe with mode: PostgreSQL must set postgreSQL: {targetPort: ...} and none of tcp, http, mySQL",
+		},
+		"a PostgreSQL probe with a mySQL block": {
+			spec: withProbe("- mode: PostgreSQL\n  postgreSQL: {targetPort: 5432}\n  mySQL: {targetPort: 3306}"),
+			want: "a probe with mode: PostgreSQL must set postgreSQL: {targetPort: ...} and none of tcp, http, mySQL",
+		},
+		"a MySQL probe without its mySQL block": {
+			spec: withProbe("- mode: MySQL\n  postgreSQL: {targetPort: 3306}"),
+			want: "a probe with mode: MySQL must set mySQL: {targetPort: ...} and none of tcp, http, postgreSQL",
+		},
+		"a MySQL probe with a second block": {
+			spec: withProbe("- mode: MySQL\n  mySQL: {targetPort: 3306}\n  tcp: {targetPort: 3306}"),
+			want: "a probe with mode: MySQL must set mySQL: {targetPort: ...} and none of tcp, http, postgreSQL",
+		},
+		"a TCP probe with a mySQL block": {
+			spec: withProbe("- mode: TCP\n  tcp: {targetPort: 3306}\n  mySQL: {targetPort: 3306}"),
+			want: "a probe with mode: TCP must set tcp: {targetPort: ...} and none of http, postgreSQL, mySQL",
+		},
+		"a MySQL target port of zero": {
+			spec: withProbe("- mode: MySQL\n  mySQL: {targetPort: 0}"),
+			want: "targetPort must be a port number from 1 to 65535 or a container port name",
+		},
+		"a MySQL query that is too long": {
+			spec: withProbe("- mode: MySQL\n  mySQL: {targetPort: 3306, query: '" + strings.Repeat("x", 4097) + "'}"),
+			want: "spec.healthcheck.probes[0].mySQL.query: Too long",
+		},
+		"a MySQL dbName that is too long": {
+			spec: withProbe("- mode: MySQL\n  mySQL: {targetPort: 3306, dbName: '" + strings.Repeat("d", 65) + "'}"),
+			want: "spec.healthcheck.probes[0].mySQL.dbName: Too long",
+		},
+		"a MySQL credential Secret name with spaces": {
+			spec: withProbe("- mode: MySQL\n  mySQL: {targetPort: 3306, authSecretName: 'db creds'}"),
+			want: "mySQL.authSecretName must be a Secret name",
 		},
 		"an unknown probe mode": {
 			spec: withProbe("- mode: GRPC\n  tcp: {targetPort: 8080}"),
@@ -341,18 +373,21 @@ func TestTheDesignExampleIsAcceptedWithDefaults(t *testing.T) {
 
 func TestOptionalValuesGetTheirDefaults(t *testing.T) {
 	ns := env.CreateNamespaceForTest(t, "crd-defaults")
-	spec := validPorts + "healthcheck:\n  probes:\n  - mode: HTTP\n    http: {targetPort: web-port}\n  - mode: PostgreSQL\n    postgreSQL: {targetPort: 5432}\n"
+	spec := validPorts + "healthcheck:\n  probes:\n  - mode: HTTP\n    http: {targetPort: web-port}\n  - mode: PostgreSQL\n    postgreSQL: {targetPort: 5432}\n  - mode: MySQL\n    mySQL: {targetPort: 3306}\n"
 	require.NoError(t, env.Client.Create(t.Context(), object(t, ns, "defaults", spec)))
 
 	var got v1alpha1.ServiceWithHealthchecks
 	require.NoError(t, env.Client.Get(t.Context(), keyOf(ns, "defaults"), &got))
-	require.Len(t, got.Spec.Healthcheck.Probes, 2)
+	require.Len(t, got.Spec.Healthcheck.Probes, 3)
 	httpProbe := got.Spec.Healthcheck.Probes[0].HTTP
 	assert.Equal(t, "/", httpProbe.Path)
 	assert.Equal(t, "web-port", httpProbe.TargetPort.StrVal)
 	pg := got.Spec.Healthcheck.Probes[1].PostgreSQL
 	assert.Equal(t, v1alpha1.DefaultPostgreSQLQuery, pg.Query)
 	assert.Equal(t, v1alpha1.DefaultPostgreSQLDBName, pg.DBName)
+	my := got.Spec.Healthcheck.Probes[2].MySQL
+	assert.Equal(t, v1alpha1.DefaultMySQLQuery, my.Query)
+	assert.Empty(t, my.DBName, "no database unless one is named")
 }
 
 func TestValidShapesAreAccepted(t *testing.T) {

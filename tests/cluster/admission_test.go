@@ -157,11 +157,57 @@ func TestAdmissionPolicyRejectsMalformedCredentialSecrets(t *testing.T) {
 		})
 	}
 
+	// MySQL credential Secrets have the same keys and are held to the same rules, with messages
+	// that name their type.
+	mySQLCases := map[string]struct {
+		data    map[string]string
+		wantErr string
+	}{
+		"a MySQL Secret without user is rejected": {
+			data:    map[string]string{"password": "pw"},
+			wantErr: `a network.deckhouse.io/mysql-credentials Secret needs a non-empty key "user"`,
+		},
+		"a MySQL Secret with an unknown tlsMode is rejected": {
+			data:    map[string]string{"user": "app", "tlsMode": "REQUIRED"},
+			wantErr: `tlsMode must be one of Disabled, SkipVerification, VerifyCA, VerifyAll`,
+		},
+		"a MySQL Secret with VerifyAll and no caCert is rejected": {
+			data:    map[string]string{"user": "app", "tlsMode": "VerifyAll"},
+			wantErr: "set caCert to the PEM of the CA that signed the MySQL server certificate",
+		},
+		"a MySQL Secret with a clientCert and no clientKey is rejected": {
+			data:    map[string]string{"user": "app", "tlsMode": "SkipVerification", "clientCert": pemCert},
+			wantErr: "clientCert and clientKey must be set together",
+		},
+		"a complete MySQL Secret is accepted": {
+			data: map[string]string{"user": "app", "password": "pw", "tlsMode": "VerifyAll", "caCert": pemCert, "clientCert": pemCert, "clientKey": pemKey},
+		},
+	}
+	for name, tc := range mySQLCases {
+		i++
+		t.Run(name, func(t *testing.T) {
+			s := credentialSecret(ns, fmt.Sprintf("my-%d", i), tc.data)
+			s.Type = wellknown.SecretTypeMySQLCredentials
+			err := env.Client.Create(t.Context(), s)
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.True(t, apierrors.IsInvalid(err), "want Invalid, got %v", err)
+			assert.Contains(t, err.Error(), tc.wantErr)
+		})
+	}
+	// The PostgreSQL message names PostgreSQL.
+	err := env.Client.Create(ctx, credentialSecret(ns, "pg-verifyall", map[string]string{"user": "app", "tlsMode": "VerifyAll"}), client.DryRunAll)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the CA that signed the PostgreSQL server certificate")
+
 	// Updates are checked too: breaking an accepted Secret is rejected.
 	good := credentialSecret(ns, "pg-updated", map[string]string{"user": "app"})
 	require.NoError(t, env.Client.Create(ctx, good))
 	good.Data["tlsMode"] = []byte("prefer")
-	err := env.Client.Update(ctx, good)
+	err = env.Client.Update(ctx, good)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `tlsMode must be one of`)
 

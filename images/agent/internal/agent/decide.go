@@ -241,6 +241,9 @@ func secretRefs(swh *v1alpha1.ServiceWithHealthchecks) []types.NamespacedName {
 		if p.PostgreSQL != nil && p.PostgreSQL.AuthSecretName != "" {
 			out = append(out, types.NamespacedName{Namespace: swh.Namespace, Name: p.PostgreSQL.AuthSecretName})
 		}
+		if p.MySQL != nil && p.MySQL.AuthSecretName != "" {
+			out = append(out, types.NamespacedName{Namespace: swh.Namespace, Name: p.MySQL.AuthSecretName})
+		}
 	}
 	return out
 }

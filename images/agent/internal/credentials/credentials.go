@@ -1,7 +1,7 @@
 // Copyright The service-with-healthchecks Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package credentials keeps the PostgreSQL credential Secrets that probes reference, read under
+// Package credentials keeps the PostgreSQL and MySQL credential Secrets that probes reference, read under
 // least privilege: one watch per referenced Secret, narrowed by the field selector
 // metadata.name=<name> (which RBAC authorizes against resourceNames), started and stopped as
 // references change. It never lists the Secrets of a namespace or of the cluster.
@@ -19,7 +19,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 )
 
-// TLSMode says how a probe protects and verifies its PostgreSQL connection.
+// TLSMode says how a probe protects and verifies its PostgreSQL or MySQL connection.
 type TLSMode string
 
 // The TLS modes of a credential Secret (key tlsMode).
@@ -49,6 +49,9 @@ const (
 // the store replaces them when the Secret changes. Printing them never shows the password or the
 // client key.
 type Credentials struct {
+	// Type is the Secret's type (wellknown.SecretTypePostgreSQLCredentials or
+	// wellknown.SecretTypeMySQLCredentials): a probe uses only a Secret of its own kind.
+	Type string
 	// User is the role to log in as.
 	User string
 	// TLSMode is how the connection is protected.
@@ -101,10 +104,11 @@ func redacted(s string) string {
 // Parse checks a credential Secret and builds its Credentials. The error says what is wrong
 // without quoting any value.
 func Parse(secret *corev1.Secret) (*Credentials, error) {
-	if string(secret.Type) != wellknown.SecretTypePostgreSQLCredentials {
-		return nil, fmt.Errorf("wrong type %q, want %s", secret.Type, wellknown.SecretTypePostgreSQLCredentials)
+	if !wellknown.IsCredentialSecretType(string(secret.Type)) {
+		return nil, fmt.Errorf("wrong type %q, want %s or %s", secret.Type,
+			wellknown.SecretTypePostgreSQLCredentials, wellknown.SecretTypeMySQLCredentials)
 	}
-	c := &Credentials{TLSMode: TLSDisabled}
+	c := &Credentials{Type: string(secret.Type), TLSMode: TLSDisabled}
 	user, ok := secret.Data[KeyUser]
 	if !ok || len(user) == 0 {
 		return nil, fmt.Errorf("key %s missing", KeyUser)

@@ -259,7 +259,7 @@ func (s *Store) start(ref types.NamespacedName) *entry {
 		creds, err := Parse(secret)
 		e.mu.Lock()
 		e.present, e.creds, e.problem, e.watchErr = true, creds, "", ""
-		e.wrongType = err != nil && string(secret.Type) != wellknown.SecretTypePostgreSQLCredentials
+		e.wrongType = err != nil && !wellknown.IsCredentialSecretType(string(secret.Type))
 		if err != nil {
 			e.problem = err.Error()
 		}

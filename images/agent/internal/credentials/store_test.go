@@ -133,7 +133,7 @@ func TestStoreReportsBrokenSecretsAndHealsWhenFixed(t *testing.T) {
 			secret: func(ns string) *corev1.Secret {
 				return secret(ns, "db", corev1.SecretTypeOpaque, map[string]string{"user": "app", "password": "pw"})
 			},
-			problem: `wrong type "Opaque", want network.deckhouse.io/postgresql-credentials`,
+			problem: `wrong type "Opaque", want network.deckhouse.io/postgresql-credentials or network.deckhouse.io/mysql-credentials`,
 		},
 		"a Secret without user names the missing key": {
 			secret:  func(ns string) *corev1.Secret { return secret(ns, "db", typ, map[string]string{"password": "pw"}) },

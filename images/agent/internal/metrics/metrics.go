@@ -196,7 +196,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Events reporting port transitions, by kind: one (a single transition) or summary (a resource's transitions in one window).",
 		}, []string{"kind"}),
 		CredentialProblems: &CredentialProblems{desc: prometheus.NewDesc("swh_agent_credential_secret_problems",
-			"Credential Secrets referenced by PostgreSQL probes on this node that cannot be used, by problem (missing, wrong_type, malformed, unreadable); their probes cannot run.",
+			"Credential Secrets referenced by PostgreSQL and MySQL probes on this node that cannot be used, by problem (missing, wrong_type, malformed, unreadable); their probes cannot run.",
 			[]string{"problem"}, nil)},
 		LeaseLastRenew: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "swh_agent_lease_last_renew_timestamp_seconds",

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
@@ -90,5 +91,34 @@ func BenchmarkPostgreSQLConnectOnly(b *testing.B) {
 			b.Fatal(err)
 		}
 		_ = c.Close(b.Context())
+	}
+}
+
+// BenchmarkMySQL is a full probe against a real MariaDB: connect, mysql_native_password,
+// read-only transaction, query, close.
+func BenchmarkMySQL(b *testing.B) {
+	my := myServers(b)
+	secrets := staticCredentials{"app": mySecret(map[string]string{"user": "app", "password": myAppPassword})}
+	benchProbe(b, myProbe("SELECT @@read_only = 0", "", "app", 5), prober.New(prober.Options{Credentials: secrets}), my.primary.Host, int32(my.primary.Port))
+}
+
+// BenchmarkMySQLConnectOnly is the floor of BenchmarkMySQL: a bare driver connection with the
+// same account that is closed at once, no transaction, no query.
+func BenchmarkMySQLConnectOnly(b *testing.B) {
+	my := myServers(b)
+	cfg := mysql.NewConfig()
+	cfg.Net, cfg.Addr, cfg.User, cfg.Passwd = "tcp", my.primary.Address(), "app", myAppPassword
+	cfg.MaxAllowedPacket = 64 << 10
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		c, err := connector.Connect(b.Context())
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = c.Close()
 	}
 }

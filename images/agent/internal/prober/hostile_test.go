@@ -33,11 +33,14 @@ import (
 
 // The prober's bounds, as the tests expect them (see limits.go and development/PROBES.md).
 const (
-	headerBound     = 64 << 10
-	tlsBound        = 64 << 10
-	pgMessageBound  = 64 << 10
-	probeReadBound  = 1 << 20
-	hostileMaxBytes = 64 << 20 // A hostile server writes at most this much per connection.
+	headerBound    = 64 << 10
+	tlsBound       = 64 << 10
+	pgMessageBound = 64 << 10
+	// mysqlPacketBound is what the prober reads of a MySQL server before a packet header: the
+	// bound refuses the header itself, so only the first read (4 KiB) comes in.
+	mysqlPacketBound = 4 << 10
+	probeReadBound   = 1 << 20
+	hostileMaxBytes  = 64 << 20 // A hostile server writes at most this much per connection.
 	// hostileSlack is what the kernel holds between the two ends: the server's send buffer
 	// and the prober's receive buffer, both 16 KiB in hostileSysctls, with room to spare.
 	hostileSlack = 64 << 10
@@ -83,6 +86,8 @@ func hostileHTTPSProbe() v1alpha1.Probe {
 }
 
 func hostilePGProbe() v1alpha1.Probe { return pgProbe("", "", "", 1) }
+
+func hostileMySQLProbe() v1alpha1.Probe { return myProbe("", "", "", 1) }
 
 // hostileCases are keyed by a name that is also the argument of the server process.
 func hostileCases() map[string]hostileCase {
@@ -157,6 +162,49 @@ func hostileCases() map[string]hostileCase {
 			probe:  hostilePGProbe,
 			reason: "server sent more than 1 MiB (the prober's limit per probe)",
 			bound:  probeReadBound,
+		},
+		"a MySQL handshake packet that claims 16 MiB": {
+			script: func(c *countingConn) error {
+				// The server speaks first: a header of 2^24-1 bytes (a packet the driver would
+				// allocate whole, then continue), then bytes without end.
+				if _, err := c.Write([]byte{0xff, 0xff, 0xff, 0}); err != nil {
+					return err
+				}
+				return stream(c, garbage(4<<10))
+			},
+			probe:  hostileMySQLProbe,
+			reason: "server sent a MySQL packet of more than 64 KiB (the prober's limit per MySQL packet)",
+			bound:  mysqlPacketBound,
+		},
+		"a MySQL handshake that comes one byte every 100 ms": {
+			script: func(c *countingConn) error {
+				if _, err := c.Write([]byte{200, 0, 0, 0}); err != nil {
+					return err
+				}
+				for range 200 {
+					if _, err := c.Write([]byte{10}); err != nil {
+						return err
+					}
+					time.Sleep(100 * time.Millisecond) // The pace of the attack, not a synchronisation.
+				}
+				return nil
+			},
+			probe:  hostileMySQLProbe,
+			reason: "timeout after 1s",
+			bound:  mysqlPacketBound,
+		},
+		"a MySQL server that never answers": {
+			script: func(c *countingConn) error {
+				// Waits for the prober to hang up; it never sends its handshake.
+				_, err := c.Read(make([]byte, 1))
+				if err == nil {
+					err = io.ErrUnexpectedEOF
+				}
+				return err
+			},
+			probe:  hostileMySQLProbe,
+			reason: "timeout after 1s",
+			bound:  0,
 		},
 		"a TLS peer that streams garbage": {
 			script: func(c *countingConn) error {

@@ -19,7 +19,7 @@ import (
 // reason that names it.
 const (
 	// maxProbeReadBytes bounds everything one probe reads from its connection, TLS records and
-	// PostgreSQL messages included.
+	// PostgreSQL messages and MySQL packets included.
 	maxProbeReadBytes = 1 << 20
 	// maxResponseHeaderBytes bounds an HTTP response's status line and headers together, like
 	// net/http's Transport.MaxResponseHeaderBytes (whose default is 10 MB; the kubelet keeps
@@ -36,6 +36,11 @@ const (
 	// maxPostgreSQLMessageBytes bounds one PostgreSQL backend message: pgproto3 allocates the
 	// length a message declares before reading it, and its own default allows 1 GiB.
 	maxPostgreSQLMessageBytes = 64 << 10
+	// maxMySQLPacketBytes bounds one MySQL packet the server sends before TLS (or on a
+	// connection without TLS): the driver allocates the length a packet declares, up to 16 MiB
+	// and more for a split one, before reading it (mysqlconn.go). A probe's handshake, OK and
+	// row packets are a few hundred bytes.
+	maxMySQLPacketBytes = 64 << 10
 	// maxServerTextBytes bounds a message the server wrote (a PostgreSQL error) quoted in a
 	// reason; the rest is cut and marked with "…".
 	maxServerTextBytes = 200

@@ -34,6 +34,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	stopSharedPostgres()
+	stopSharedMariaDB()
 	if code == 0 {
 		// Every probe must leave no goroutine behind.
 		if err := goleak.Find(); err != nil {

@@ -5,9 +5,6 @@ package prober
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -69,7 +66,7 @@ func pgDBName(dbName string) string {
 // pgConfig builds the connection config of a probe from a copy of tmpl (made by
 // pgconn.ParseConfig): the pod's address as the only one ever dialled, through the per-probe
 // read bound; the database; the role and password of creds (nil: the default role, no
-// password, no TLS); the TLS setup of creds' tlsMode (pgTLSConfig); SCRAM required unless TLS
+// password, no TLS); the TLS setup of creds' tlsMode (credentialsTLSConfig, tls.go); SCRAM required unless TLS
 // proves which server answers (VerifyAll); a bound on each backend message. Nothing of tmpl
 // that could dial elsewhere, retry or run a hook is kept.
 func pgConfig(tmpl *pgconn.Config, addr netip.AddrPort, dbName string, creds *credentials.Credentials) *pgconn.Config {
@@ -106,51 +103,9 @@ func pgConfig(tmpl *pgconn.Config, addr netip.AddrPort, dbName string, creds *cr
 			// The server proved who it is: any password method may be used.
 			cfg.RequireAuth = ""
 		}
-		cfg.TLSConfig = pgTLSConfig(creds, addr.Addr())
+		cfg.TLSConfig = credentialsTLSConfig(creds, addr.Addr())
 	}
 	return cfg
-}
-
-// pgTLSConfig builds the TLS setup of c's tlsMode, with c's client certificate; nil for
-// Disabled. VerifyAll checks the certificate against the pod's IP.
-func pgTLSConfig(c *credentials.Credentials, pod netip.Addr) *tls.Config {
-	var cfg *tls.Config
-	switch c.TLSMode {
-	case credentials.TLSSkipVerification:
-		cfg = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // The Secret asks for it.
-	case credentials.TLSVerifyCA:
-		// Verify the chain, not the name (libpq's verify-ca).
-		cfg = &tls.Config{
-			InsecureSkipVerify: true, //nolint:gosec // Verified by verifyChain.
-			VerifyConnection:   verifyChain(c.RootCAs),
-		}
-	case credentials.TLSVerifyAll:
-		// The certificate must chain to caCert and name the pod IP (an IP SAN): the probe dials
-		// the IP, so the IP is the identity it can check.
-		cfg = &tls.Config{RootCAs: c.RootCAs, ServerName: pod.String()}
-	default:
-		return nil
-	}
-	cfg.MinVersion = tls.VersionTLS12
-	if c.ClientCertificate != nil {
-		cfg.Certificates = []tls.Certificate{*c.ClientCertificate}
-	}
-	return cfg
-}
-
-// verifyChain checks that the server's certificate chains to roots, whatever names it holds.
-func verifyChain(roots *x509.CertPool) func(tls.ConnectionState) error {
-	return func(cs tls.ConnectionState) error {
-		if len(cs.PeerCertificates) == 0 {
-			return errors.New("server sent no certificate")
-		}
-		inter := x509.NewCertPool()
-		for _, ic := range cs.PeerCertificates[1:] {
-			inter.AddCert(ic)
-		}
-		_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter})
-		return err
-	}
 }
 
 // beginReadOnly is the statement that opens the probe's transaction: read-only, with a

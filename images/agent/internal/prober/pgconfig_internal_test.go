@@ -143,7 +143,7 @@ func TestVerifyCAChecksTheChainNotTheName(t *testing.T) {
 		require.NoError(t, err)
 		return parsed
 	}
-	cfg := pgTLSConfig(&credentials.Credentials{TLSMode: credentials.TLSVerifyCA, RootCAs: ca.Pool}, netip.MustParseAddr("10.0.0.7"))
+	cfg := credentialsTLSConfig(&credentials.Credentials{TLSMode: credentials.TLSVerifyCA, RootCAs: ca.Pool}, netip.MustParseAddr("10.0.0.7"))
 	cases := map[string]struct {
 		peers []*x509.Certificate
 		check func(t *testing.T, err error)

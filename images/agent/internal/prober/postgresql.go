@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/credentials"
 )
 
@@ -25,7 +26,7 @@ import (
 // The connection is closed afterwards (no reuse, see development/PROBES.md). The steps: look
 // up the credentials, build the config (pure, pgconfig.go), connect, query, judge.
 func (p *Prober) probePostgreSQL(ctx context.Context, pg *v1alpha1.PostgreSQLProbe, namespace string, addr netip.AddrPort, timeout time.Duration) (Result, error) {
-	creds, res, ok := p.pgCredentials(namespace, pg.AuthSecretName)
+	creds, res, ok := p.credentialsOf(namespace, pg.AuthSecretName, wellknown.SecretTypePostgreSQLCredentials)
 	if !ok {
 		return res, nil
 	}

@@ -242,7 +242,7 @@ func TestPostgreSQLResults(t *testing.T) {
 		"another database can be named":                                     {db: "appdb", query: "SELECT current_database() = 'appdb'", secret: "app", want: pass},
 		"without a Secret a server that wants a password fails":             {want: fail("authentication failed: the server wants a password, set postgreSQL.authSecretName (SQLSTATE 28P01)")},
 		"a missing Secret fails naming it":                                  {secret: "absent", want: fail("credentials Secret ns/absent: not found")},
-		"a Secret of another type fails as wrong type":                      {secret: "wrong-type", want: fail(`credentials Secret ns/wrong-type: wrong type "Opaque", want network.deckhouse.io/postgresql-credentials`)},
+		"a Secret of another type fails as wrong type":                      {secret: "wrong-type", want: fail(`credentials Secret ns/wrong-type: wrong type "Opaque", want network.deckhouse.io/postgresql-credentials or network.deckhouse.io/mysql-credentials`)},
 		"a Secret without password fails SCRAM":                             {secret: "no-password", want: fail("authentication failed (wrong user or password) (SQLSTATE 28P01)")},
 		"TLS SkipVerification passes":                                       {query: "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", secret: "app-skip", want: pass},
 		"TLS VerifyCA passes":                                               {query: "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", secret: "app-ca", want: pass},

@@ -1,7 +1,7 @@
 // Copyright The service-with-healthchecks Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package prober runs one probe (TCP, HTTP(S) or PostgreSQL) against one pod address and says
+// Package prober runs one probe (TCP, HTTP(S), PostgreSQL or MySQL) against one pod address and says
 // whether it passed. It follows the kubelet's prober: a probe returns Success or Failure with a
 // short human reason; a Go error means the probe could not be run at all (invalid input), never
 // that the target is down. Every probe has a hard deadline of timeoutSeconds, applied inside,
@@ -67,8 +67,8 @@ type CredentialSource interface {
 
 // Options configure a Prober.
 type Options struct {
-	// Credentials serves the Secrets of PostgreSQL probes (authSecretName). Nil fails every
-	// PostgreSQL probe that names a Secret.
+	// Credentials serves the Secrets of PostgreSQL and MySQL probes (authSecretName). Nil fails
+	// every such probe that names a Secret.
 	Credentials CredentialSource
 	// Logger receives debug output (V(4)); default discards. Passwords are never logged.
 	Logger logr.Logger
@@ -126,6 +126,13 @@ func (p *Prober) Probe(ctx context.Context, probe v1alpha1.Probe, namespace, pod
 		}
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		res, err = p.probePostgreSQL(ctx, probe.PostgreSQL, namespace, addr, timeout)
+		cancel()
+	case v1alpha1.ProbeModeMySQL:
+		if probe.MySQL == nil {
+			return Result{}, errors.New("mode MySQL without a mySQL block")
+		}
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		res, err = p.probeMySQL(ctx, probe.MySQL, namespace, addr, timeout)
 		cancel()
 	default:
 		return Result{}, fmt.Errorf("unknown probe mode %q", probe.Mode)

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/credentials"
 )
 
 // tlsConfig builds the client TLS setup of a probe that speaks TLS to the pod (HTTPS; any later
@@ -106,4 +108,47 @@ func tlsReason(ctx context.Context, err error, timeout time.Duration) string {
 		return "TLS handshake: " + netReason(ctx, err, timeout)
 	}
 	return "TLS: " + strings.TrimPrefix(err.Error(), "tls: ")
+}
+
+// credentialsTLSConfig builds the TLS setup of a credential Secret's tlsMode (PostgreSQL and
+// MySQL probes share it), with its client certificate; nil for Disabled. VerifyAll checks the
+// certificate against the pod's IP.
+func credentialsTLSConfig(c *credentials.Credentials, pod netip.Addr) *tls.Config {
+	var cfg *tls.Config
+	switch c.TLSMode {
+	case credentials.TLSSkipVerification:
+		cfg = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // The Secret asks for it.
+	case credentials.TLSVerifyCA:
+		// Verify the chain, not the name (libpq's verify-ca).
+		cfg = &tls.Config{
+			InsecureSkipVerify: true, //nolint:gosec // Verified by verifyChain.
+			VerifyConnection:   verifyChain(c.RootCAs),
+		}
+	case credentials.TLSVerifyAll:
+		// The certificate must chain to caCert and name the pod IP (an IP SAN): the probe dials
+		// the IP, so the IP is the identity it can check.
+		cfg = &tls.Config{RootCAs: c.RootCAs, ServerName: pod.String()}
+	default:
+		return nil
+	}
+	cfg.MinVersion = tls.VersionTLS12
+	if c.ClientCertificate != nil {
+		cfg.Certificates = []tls.Certificate{*c.ClientCertificate}
+	}
+	return cfg
+}
+
+// verifyChain checks that the server's certificate chains to roots, whatever names it holds.
+func verifyChain(roots *x509.CertPool) func(tls.ConnectionState) error {
+	return func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("server sent no certificate")
+		}
+		inter := x509.NewCertPool()
+		for _, ic := range cs.PeerCertificates[1:] {
+			inter.AddCert(ic)
+		}
+		_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter})
+		return err
+	}
 }
