@@ -27,7 +27,7 @@ help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: deps
-deps: ## Install the Debian packages the tests need (iproute2, nftables, postgresql-15); as root.
+deps: ## Install the Debian packages the tests need (iproute2, nftables, postgresql-15, redis-server); as root.
 	@hack/deps.sh
 
 .PHONY: tools
