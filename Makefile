@@ -31,7 +31,7 @@ help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: deps
-deps: ## Install the Debian packages the tests need (iproute2, nftables, postgresql-15, mariadb-server); as root.
+deps: ## Install the Debian packages the tests need (iproute2, nftables, postgresql-15, mariadb-server, redis-server); as root.
 	@hack/deps.sh
 
 .PHONY: tools

@@ -12,6 +12,8 @@ command -v nft >/dev/null 2>&1 || missing+=(nftables)
 # testkit/mariadb starts its own MariaDB servers (the MySQL probe's tests).
 [[ -x /usr/sbin/mariadbd && -x /usr/bin/mariadb-install-db ]] || missing+=(mariadb-server)
 command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
+# The TCP send/expect probe tests run real Redis servers (a primary and a replica).
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
 # testkit/cluster runs processes inside pod network namespaces with nsenter.
 command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
@@ -37,4 +39,12 @@ if command -v pg_lsclusters >/dev/null 2>&1; then
 	pg_lsclusters -h 2>/dev/null | while read -r ver name _; do
 		pg_ctlcluster "$ver" "$name" stop 2>/dev/null || true
 	done
+fi
+# The Debian redis-server package may start a server of its own (where policy-rc.d allows it);
+# the tests start their own. Stop only the one the package started, by its pid file.
+if [[ -s /run/redis/redis-server.pid ]]; then
+	kill "$(cat /run/redis/redis-server.pid)" 2>/dev/null || true
+fi
+if command -v systemctl >/dev/null 2>&1 && [[ -d /run/systemd/system ]]; then
+	systemctl disable --now redis-server.service >/dev/null 2>&1 || true
 fi

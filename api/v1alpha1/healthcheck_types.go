@@ -80,7 +80,8 @@ type Probe struct {
 	// +kubebuilder:validation:Maximum=100
 	FailureThreshold int32 `json:"failureThreshold"`
 
-	// TCP opens a connection and closes it at once; it sends nothing.
+	// TCP opens a connection and closes it at once, sending nothing; with steps it first holds
+	// a short dialogue (send, expect) with the server.
 	// +optional
 	TCP *TCPProbe `json:"tcp,omitempty"`
 
@@ -105,6 +106,60 @@ type TCPProbe struct {
 	// +kubebuilder:validation:MaxLength=15
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (size(self) <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a port number from 1 to 65535 or a container port name (lowercase letters, digits and '-', at most 15 characters, with at least one letter)"
 	TargetPort intstr.IntOrString `json:"targetPort"`
+
+	// Steps, in order, after the connection is open: send writes bytes, expect reads the reply
+	// and checks it (HAProxy's tcp-check send/expect). At most 8 steps. Without steps the probe
+	// sends nothing. The probe passes when every step passed within timeoutSeconds. (The
+	// schema's maxItems is twice the bound: it caps the rules' cost, while the bound itself is a
+	// rule, so that 9 to 16 steps get its message rather than a bare "Too many".)
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="size(self) <= 8",message="tcp.steps may hold at most 8 steps (sends and expects together): a health check is a short dialogue, such as a banner, or a command and its reply"
+	Steps []TCPStep `json:"steps,omitempty"`
+}
+
+// TCPStep is one step of a TCP dialogue: exactly one of send and expect.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.send) != has(self.expect)",message="each tcp.steps entry must set exactly one of send (bytes the probe writes) and expect (what the server must answer); write a command and the check of its reply as two steps"
+type TCPStep struct {
+	// Send writes these bytes. Escapes: \r, \n, \t, \\ (a backslash) and \xHH (one byte in
+	// two hex digits); every other character is sent as its UTF-8 bytes. At most 1024 bytes as
+	// written (escapes count as written, \x00 as four), so a step never sends more.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="self.matches(r'^([^\\\\]|\\\\[rnt\\\\]|\\\\x[0-9A-Fa-f]{2})*$')",message="tcp.steps[].send: a backslash must start an escape: \\r, \\n, \\t, \\\\ (a backslash) or \\xHH (one byte in two hex digits, e.g. \\x00)"
+	// +kubebuilder:validation:XValidation:rule="size(bytes(self)) <= 1024",message="tcp.steps[].send may hold at most 1024 bytes as written (UTF-8; an escape counts as written, \\x00 as four): a health check sends a short command"
+	Send string `json:"send,omitempty"`
+
+	// Expect reads the server's reply and checks it.
+	// +optional
+	Expect *TCPExpect `json:"expect,omitempty"`
+}
+
+// TCPExpect checks the reply the server sends after the previous step: exactly one of prefix and
+// regex. It reads at most 4096 bytes (MaxTCPExpectBytes) and fails at that bound, at the
+// deadline or when the server closes the connection without a match. Once it passes, what was
+// read is dropped: the next expect checks what arrives after.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.prefix) != has(self.regex)",message="tcp.steps[].expect must set exactly one of prefix (the reply starts with these bytes) and regex (an RE2 regular expression the reply matches)"
+type TCPExpect struct {
+	// Prefix the reply must start with, with the escapes of send ("+PONG", "220", "\x00").
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="self.matches(r'^([^\\\\]|\\\\[rnt\\\\]|\\\\x[0-9A-Fa-f]{2})*$')",message="tcp.steps[].expect.prefix: a backslash must start an escape: \\r, \\n, \\t, \\\\ (a backslash) or \\xHH (one byte in two hex digits, e.g. \\x00)"
+	Prefix string `json:"prefix,omitempty"`
+
+	// Regex, in RE2 syntax (Go's regexp: no backreferences or lookaround), must match somewhere
+	// in the reply read so far ("role:master"); "^" anchors at the start of the reply, "(?m)^"
+	// at the start of any line.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="type(''.matches(self)) == bool",message="tcp.steps[].expect.regex must be an RE2 regular expression (Go's regexp syntax: no backreferences or lookaround)"
+	Regex string `json:"regex,omitempty"`
 }
 
 // HTTPHeader is a header sent with an HTTP probe.

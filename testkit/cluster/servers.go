@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -44,6 +45,7 @@ type Server struct {
 	status atomic.Int32
 	delay  atomic.Int64
 	hits   atomic.Int64
+	wedged atomic.Bool
 
 	mu      sync.Mutex
 	ln      net.Listener
@@ -96,6 +98,11 @@ func (s *Server) SetHTTPStatus(code int) { s.status.Store(int32(code)) }
 
 // SetDelay delays every HTTP reply and every greeting (TCP, SMTP) by d, to exercise timeouts.
 func (s *Server) SetDelay(d time.Duration) { s.delay.Store(int64(d)) }
+
+// SetWedged makes the TCP or SMTP server a wedged daemon: it still accepts connections but never
+// greets or answers; they stay open and silent until the client or Stop closes them. A TCP
+// connect still succeeds; a banner check (tcp.steps) fails. Unwedging serves new connections.
+func (s *Server) SetWedged(wedged bool) { s.wedged.Store(wedged) }
 
 // Hits counts the requests (HTTP) or connections (TCP, SMTP) the server has accepted.
 func (s *Server) Hits() int64 { return s.hits.Load() }
@@ -197,6 +204,10 @@ func (s *Server) acceptLoop(ln net.Listener) {
 				time.Sleep(d)
 			}
 			_ = c.SetDeadline(time.Now().Add(5 * time.Minute))
+			if s.wedged.Load() {
+				_, _ = io.Copy(io.Discard, c)
+				return
+			}
 			if s.Protocol == SMTP {
 				s.serveSMTP(c)
 				return

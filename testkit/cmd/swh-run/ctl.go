@@ -36,6 +36,14 @@ var commands = map[string]command{
 	"start-smtp": {help: "start the SMTP server of vm-0 again", run: func(_ context.Context, d *demo, _ string) (string, error) {
 		return "SMTP server of vm-0 started", d.smtp.Start()
 	}},
+	"wedge-smtp": {help: "wedge the SMTP server of vm-0 (accepts, never greets): a TCP connect passes, smtp's banner check withdraws vm-0", run: func(_ context.Context, d *demo, _ string) (string, error) {
+		d.smtp.SetWedged(true)
+		return "SMTP server of vm-0 wedged: it accepts connections and never greets", nil
+	}},
+	"unwedge-smtp": {help: "make the SMTP server of vm-0 greet new connections again", run: func(_ context.Context, d *demo, _ string) (string, error) {
+		d.smtp.SetWedged(false)
+		return "SMTP server of vm-0 greets again", nil
+	}},
 	"fail-web": {help: "make the HTTP server of vm-0 answer 503 (probe and requests fail): vm-0 leaves web, stays in smtp", run: func(_ context.Context, d *demo, _ string) (string, error) {
 		d.web.SetHTTPStatus(503)
 		return "HTTP server of vm-0 answers 503", nil
@@ -82,7 +90,7 @@ func helpText() string {
 	var b strings.Builder
 	b.WriteString("commands (make run-ctl ARGS=\"COMMAND [NODE]\", or go run ./testkit/cmd/swh-run ctl COMMAND [NODE]):\n")
 	// A fixed, readable order (TestHelpListsEveryCommand checks that none is missing).
-	order := []string{"stop-smtp", "start-smtp", "fail-web", "heal-web", "promote", "stop-agent", "start-agent", "restart-agent", "roll-agents", "delete-node", "restart-leader", "kubeconfig", "ping"}
+	order := []string{"stop-smtp", "start-smtp", "wedge-smtp", "unwedge-smtp", "fail-web", "heal-web", "promote", "stop-agent", "start-agent", "restart-agent", "roll-agents", "delete-node", "restart-leader", "kubeconfig", "ping"}
 	for _, n := range order {
 		c := commands[n]
 		fmt.Fprintf(&b, "  %-26s %s\n", strings.TrimSpace(n+" "+c.args), c.help)

@@ -136,6 +136,19 @@ func TestTheDemoComesUpAndReactsToAControlCommand(t *testing.T) {
 	assert.Contains(t, replica.Why, "query returned false", "the view says why the replica is out of db-write")
 
 	var reply bytes.Buffer
+	// A wedged SMTP server still accepts connections; smtp's banner check withdraws it.
+	require.NoError(t, runCtl(sock, []string{"wedge-smtp"}, &reply))
+	assert.Equal(t, "SMTP server of vm-0 wedged: it accepts connections and never greets\n", reply.String())
+	waitFor(time.Minute, func(v *View) bool {
+		smtp, web := v.Resources["smtp"].Ports[0].Pods[0], v.Resources["web"].Ports[0].Pods[0]
+		return !smtp.In && strings.Contains(smtp.Why, `expected a reply starting with "220", got nothing`) && web.In
+	}, "the banner check takes the wedged vm-0 out of smtp, with its reason, and keeps it in web")
+	reply.Reset()
+	require.NoError(t, runCtl(sock, []string{"unwedge-smtp"}, &reply))
+	assert.Equal(t, "SMTP server of vm-0 greets again\n", reply.String())
+	waitFor(time.Minute, func(v *View) bool { return v.Resources["smtp"].Ports[0].Pods[0].In }, "vm-0 is back in smtp once it greets")
+
+	reply.Reset()
 	require.NoError(t, runCtl(sock, []string{"stop-smtp"}, &reply))
 	assert.Equal(t, "SMTP server of vm-0 stopped\n", reply.String())
 	waitFor(time.Minute, func(v *View) bool {

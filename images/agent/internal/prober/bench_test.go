@@ -122,3 +122,50 @@ func BenchmarkMySQLConnectOnly(b *testing.B) {
 		_ = c.Close()
 	}
 }
+
+// benchPingTarget answers every "PING\r\n" with "+PONG\r\n", like Redis, until the client goes.
+func benchPingTarget(b *testing.B) int32 {
+	b.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 64)
+				for {
+					if _, err := c.Read(buf); err != nil {
+						return
+					}
+					if _, err := io.WriteString(c, "+PONG\r\n"); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return port(l)
+}
+
+// BenchmarkTCPSendExpect is a Redis-style PING/+PONG dialogue: connect, send, read the reply,
+// match the prefix, reset. BenchmarkTCP is its floor.
+func BenchmarkTCPSendExpect(b *testing.B) {
+	probe := v1alpha1.Probe{Mode: v1alpha1.ProbeModeTCP, TimeoutSeconds: 1, TCP: &v1alpha1.TCPProbe{
+		Steps: []v1alpha1.TCPStep{{Send: `PING\r\n`}, {Expect: &v1alpha1.TCPExpect{Prefix: `+PONG\r\n`}}}}}
+	benchProbe(b, probe, prober.New(prober.Options{}), "127.0.0.1", benchPingTarget(b))
+}
+
+// BenchmarkTCPSendExpectRegex is the same dialogue decided by a regular expression (compiled
+// once, then taken from the prober's cache).
+func BenchmarkTCPSendExpectRegex(b *testing.B) {
+	probe := v1alpha1.Probe{Mode: v1alpha1.ProbeModeTCP, TimeoutSeconds: 1, TCP: &v1alpha1.TCPProbe{
+		Steps: []v1alpha1.TCPStep{{Send: `PING\r\n`}, {Expect: &v1alpha1.TCPExpect{Regex: `^\+PONG\r\n`}}}}}
+	benchProbe(b, probe, prober.New(prober.Options{}), "127.0.0.1", benchPingTarget(b))
+}

@@ -1,10 +1,10 @@
 // Copyright The service-with-healthchecks Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package prober runs one probe (TCP, HTTP(S), PostgreSQL or MySQL) against one pod address and says
-// whether it passed. It follows the kubelet's prober: a probe returns Success or Failure with a
-// short human reason; a Go error means the probe could not be run at all (invalid input), never
-// that the target is down. Every probe has a hard deadline of timeoutSeconds, applied inside,
+// Package prober runs one probe (TCP with an optional send/expect dialogue, HTTP(S), PostgreSQL
+// or MySQL) against one pod address and says whether it passed. It follows the kubelet's
+// prober: a probe returns Success or Failure with a short human reason; a Go error means the
+// probe could not be run at all (invalid input), never that the target is down. Every probe has a hard deadline of timeoutSeconds, applied inside,
 // reads at most a constant number of bytes from the pod whatever the deadline (limits.go),
 // dials only podIP:port, reuses no connection and leaves no goroutine behind.
 package prober
@@ -76,8 +76,9 @@ type Options struct {
 
 // Prober runs probes. It is safe for concurrent use.
 type Prober struct {
-	creds CredentialSource
-	log   logr.Logger
+	creds   CredentialSource
+	log     logr.Logger
+	regexps regexpCache // of tcp.steps' expect.regex
 }
 
 // New returns a Prober.
@@ -110,6 +111,10 @@ func (p *Prober) Probe(ctx context.Context, probe v1alpha1.Probe, namespace, pod
 	case v1alpha1.ProbeModeTCP:
 		if probe.TCP == nil {
 			return Result{}, errors.New("mode TCP without a tcp block")
+		}
+		if len(probe.TCP.Steps) > 0 {
+			res, err = p.probeTCPDialogue(ctx, probe.TCP, addr, timeout)
+			break
 		}
 		// The TCP probe applies the deadline itself, without a context of its own (tcp.go).
 		res = p.probeTCP(ctx, addr, timeout)

@@ -61,6 +61,11 @@ func OutOfBounds(spec *v1alpha1.ServiceWithHealthchecksSpec) []string {
 			out = append(out, fmt.Sprintf("%s needs %d s to change its verdict (healthcheck.periodSeconds %d × %s %d), more than the bound of %d s",
 				field, seconds, hc.PeriodSeconds, name, threshold, v1alpha1.MaxDecisionSeconds))
 		}
+		if p.TCP != nil {
+			for _, err := range v1alpha1.CheckTCPSteps(p.TCP.Steps) {
+				out = append(out, fmt.Sprintf("%s.tcp.%s: the probe never runs and always fails", field, err))
+			}
+		}
 		if p.HTTP == nil {
 			continue
 		}

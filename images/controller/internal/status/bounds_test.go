@@ -99,6 +99,24 @@ func TestOutOfBounds(t *testing.T) {
 				s.Healthcheck.Probes[1].HTTP.HTTPHeaders[0].Value = strings.Repeat("\u0436", v1alpha1.MaxHTTPHeadersLength-3)
 			},
 		},
+		"a valid TCP dialogue has nothing out of bounds": {
+			edit: func(s *v1alpha1.ServiceWithHealthchecksSpec) {
+				s.Healthcheck.Probes[0].TCP.Steps = []v1alpha1.TCPStep{{Send: `INFO replication\r\n`}, {Expect: &v1alpha1.TCPExpect{Regex: "role:master"}}}
+			},
+		},
+		"a TCP regex that RE2 refuses, admitted before the rule, says so and that the probe never runs": {
+			edit: func(s *v1alpha1.ServiceWithHealthchecksSpec) {
+				s.Healthcheck.Probes[0].TCP.Steps = []v1alpha1.TCPStep{{Send: `x`}, {Expect: &v1alpha1.TCPExpect{Regex: "role:(?=master)"}}}
+			},
+			want: []string{"spec.healthcheck.probes[0].tcp.steps[1].expect.regex is not an RE2 regular expression: error parsing regexp: " +
+				"invalid or unsupported Perl syntax: `(?=`: the probe never runs and always fails"},
+		},
+		"a TCP send with a bad escape": {
+			edit: func(s *v1alpha1.ServiceWithHealthchecksSpec) {
+				s.Healthcheck.Probes[0].TCP.Steps = []v1alpha1.TCPStep{{Send: `PING\q`}}
+			},
+			want: []string{`spec.healthcheck.probes[0].tcp.steps[0].send: "\\q" (character 5) is not an escape`},
+		},
 		"every violation is reported, in spec order": {
 			edit: func(s *v1alpha1.ServiceWithHealthchecksSpec) {
 				s.Ports[0].AppProtocol = ptr.To("a b")
