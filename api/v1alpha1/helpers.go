@@ -35,7 +35,7 @@ func (p PortStatus) DisplayName() string {
 	return ServicePort{Name: p.Name, Port: p.Port}.DisplayName()
 }
 
-// TargetPort is the target port of the probe's own block (tcp, http or postgreSQL); the zero
+// TargetPort is the target port of the probe's own block (tcp, http, postgreSQL or grpc); the zero
 // value when the probe has none.
 func (p Probe) TargetPort() intstr.IntOrString {
 	switch {
@@ -45,6 +45,8 @@ func (p Probe) TargetPort() intstr.IntOrString {
 		return p.HTTP.TargetPort
 	case p.PostgreSQL != nil:
 		return p.PostgreSQL.TargetPort
+	case p.GRPC != nil:
+		return p.GRPC.TargetPort
 	}
 	return intstr.IntOrString{}
 }
