@@ -11,7 +11,7 @@ import (
 // The healthcheck section of a ServiceWithHealthchecks: its probes, one section per mode.
 
 // ProbeMode names the kind of check a probe performs.
-// +kubebuilder:validation:Enum=HTTP;TCP;PostgreSQL;MySQL
+// +kubebuilder:validation:Enum=HTTP;TCP;PostgreSQL;MySQL;GRPC
 type ProbeMode string
 
 // The probe modes.
@@ -20,6 +20,7 @@ const (
 	ProbeModeTCP        ProbeMode = "TCP"
 	ProbeModePostgreSQL ProbeMode = "PostgreSQL"
 	ProbeModeMySQL      ProbeMode = "MySQL"
+	ProbeModeGRPC       ProbeMode = "GRPC"
 )
 
 // Healthcheck holds the probes and their schedule.
@@ -50,12 +51,13 @@ type Healthcheck struct {
 
 // Probe is one active check of a pod.
 //
-// +kubebuilder:validation:XValidation:rule="self.mode != 'TCP' || (has(self.tcp) && !has(self.http) && !has(self.postgreSQL) && !has(self.mySQL))",message="a probe with mode: TCP must set tcp: {targetPort: ...} and none of http, postgreSQL, mySQL"
-// +kubebuilder:validation:XValidation:rule="self.mode != 'HTTP' || (has(self.http) && !has(self.tcp) && !has(self.postgreSQL) && !has(self.mySQL))",message="a probe with mode: HTTP must set http: {targetPort: ...} and none of tcp, postgreSQL, mySQL"
-// +kubebuilder:validation:XValidation:rule="self.mode != 'PostgreSQL' || (has(self.postgreSQL) && !has(self.tcp) && !has(self.http) && !has(self.mySQL))",message="a probe with mode: PostgreSQL must set postgreSQL: {targetPort: ...} and none of tcp, http, mySQL"
-// +kubebuilder:validation:XValidation:rule="self.mode != 'MySQL' || (has(self.mySQL) && !has(self.tcp) && !has(self.http) && !has(self.postgreSQL))",message="a probe with mode: MySQL must set mySQL: {targetPort: ...} and none of tcp, http, postgreSQL"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'TCP' || (has(self.tcp) && !has(self.http) && !has(self.postgreSQL) && !has(self.mySQL) && !has(self.grpc))",message="a probe with mode: TCP must set tcp: {targetPort: ...} and none of http, postgreSQL, mySQL, grpc"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'HTTP' || (has(self.http) && !has(self.tcp) && !has(self.postgreSQL) && !has(self.mySQL) && !has(self.grpc))",message="a probe with mode: HTTP must set http: {targetPort: ...} and none of tcp, postgreSQL, mySQL, grpc"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'PostgreSQL' || (has(self.postgreSQL) && !has(self.tcp) && !has(self.http) && !has(self.mySQL) && !has(self.grpc))",message="a probe with mode: PostgreSQL must set postgreSQL: {targetPort: ...} and none of tcp, http, mySQL, grpc"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'MySQL' || (has(self.mySQL) && !has(self.tcp) && !has(self.http) && !has(self.postgreSQL) && !has(self.grpc))",message="a probe with mode: MySQL must set mySQL: {targetPort: ...} and none of tcp, http, postgreSQL, grpc"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'GRPC' || (has(self.grpc) && !has(self.tcp) && !has(self.http) && !has(self.postgreSQL) && !has(self.mySQL))",message="a probe with mode: GRPC must set grpc: {targetPort: ...} and none of tcp, http, postgreSQL, mySQL"
 type Probe struct {
-	// Mode of the probe: HTTP, TCP, PostgreSQL or MySQL. The block of the same name holds its settings.
+	// Mode of the probe: HTTP, TCP, PostgreSQL, MySQL or GRPC. The block of the same name holds its settings.
 	// +required
 	Mode ProbeMode `json:"mode"`
 
@@ -96,6 +98,10 @@ type Probe struct {
 	// MySQL runs a read-only query against MySQL or MariaDB; see the query field for what passes.
 	// +optional
 	MySQL *MySQLProbe `json:"mySQL,omitempty"`
+
+	// GRPC asks the gRPC health service (grpc.health.v1.Health/Check) and passes on SERVING.
+	// +optional
+	GRPC *GRPCProbe `json:"grpc,omitempty"`
 }
 
 // TCPProbe connects to a port of the pod.
@@ -312,4 +318,49 @@ type MySQLProbe struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="mySQL.authSecretName must be a Secret name (lowercase letters, digits, '-' and '.')"
 	AuthSecretName string `json:"authSecretName,omitempty"`
+}
+
+// GRPCProbe asks a gRPC server in the pod for its health (grpc.health.v1.Health/Check), like
+// the kubelet's gRPC probe; TLS is set up as for an HTTPS probe.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.caCert) || (has(self.tls) && self.tls)",message="grpc.caCert is only used with tls: true"
+// +kubebuilder:validation:XValidation:rule="!has(self.insecureSkipTLSVerify) || !self.insecureSkipTLSVerify || (has(self.tls) && self.tls)",message="grpc.insecureSkipTLSVerify is only used with tls: true"
+// +kubebuilder:validation:XValidation:rule="!has(self.caCert) || !has(self.insecureSkipTLSVerify) || !self.insecureSkipTLSVerify",message="set either grpc.caCert (verify against this CA) or grpc.insecureSkipTLSVerify, not both"
+type GRPCProbe struct {
+	// TargetPort on the pod: a number, or the name of a container port.
+	// +required
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (size(self) <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a port number from 1 to 65535 or a container port name (lowercase letters, digits and '-', at most 15 characters, with at least one letter)"
+	TargetPort intstr.IntOrString `json:"targetPort"`
+
+	// Service is the name the health service is asked about (HealthCheckRequest.service),
+	// such as "grpc.health.v1.Health" or "my.package.Orders". Empty asks about the server as a
+	// whole.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([A-Za-z0-9_][-A-Za-z0-9_./]*)?$')",message="grpc.service must be a gRPC service name such as my.package.Orders (letters, digits, '_', '-', '.' and '/', not starting with '-', '.' or '/', no spaces), or empty for the whole server"
+	Service string `json:"service,omitempty"`
+
+	// TLS speaks TLS to the server (the gRPC server's own TLS, not a mesh's).
+	// +optional
+	TLS bool `json:"tls,omitempty"`
+
+	// Host sets the :authority of the request and the TLS server name. It never changes where
+	// the probe connects: probes only ever dial the pod's own IP.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$')",message="grpc.host must be a host name, optionally with :port"
+	Host string `json:"host,omitempty"`
+
+	// CACert (PEM) the server certificate must chain to, with tls: true: at most 16384
+	// characters, about ten certificates. Without it the system roots are used.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16384
+	// +kubebuilder:validation:XValidation:rule="self.contains('-----BEGIN CERTIFICATE-----')",message="grpc.caCert must hold a PEM certificate (-----BEGIN CERTIFICATE----- ...)"
+	CACert string `json:"caCert,omitempty"`
+
+	// InsecureSkipTLSVerify accepts any server certificate, with tls: true.
+	// +optional
+	InsecureSkipTLSVerify bool `json:"insecureSkipTLSVerify,omitempty"`
 }

@@ -35,7 +35,7 @@ func (p PortStatus) DisplayName() string {
 	return ServicePort{Name: p.Name, Port: p.Port}.DisplayName()
 }
 
-// TargetPort is the target port of the probe's own block (tcp, http, postgreSQL or mySQL); the zero
+// TargetPort is the target port of the probe's own block (tcp, http, postgreSQL, mySQL or grpc); the zero
 // value when the probe has none.
 func (p Probe) TargetPort() intstr.IntOrString {
 	switch {
@@ -47,6 +47,8 @@ func (p Probe) TargetPort() intstr.IntOrString {
 		return p.PostgreSQL.TargetPort
 	case p.MySQL != nil:
 		return p.MySQL.TargetPort
+	case p.GRPC != nil:
+		return p.GRPC.TargetPort
 	}
 	return intstr.IntOrString{}
 }

@@ -38,6 +38,7 @@ func TestProbeTargetPort(t *testing.T) {
 	assert.Equal(t, intstr.FromInt32(1), Probe{TCP: &TCPProbe{TargetPort: intstr.FromInt32(1)}}.TargetPort())
 	assert.Equal(t, intstr.FromString("web"), Probe{HTTP: &HTTPProbe{TargetPort: intstr.FromString("web")}}.TargetPort())
 	assert.Equal(t, intstr.FromInt32(5432), Probe{PostgreSQL: &PostgreSQLProbe{TargetPort: intstr.FromInt32(5432)}}.TargetPort())
+	assert.Equal(t, intstr.FromString("grpc"), Probe{GRPC: &GRPCProbe{TargetPort: intstr.FromString("grpc")}}.TargetPort())
 	assert.Equal(t, intstr.IntOrString{}, Probe{}.TargetPort(), "a probe without a block has no target")
 }
 

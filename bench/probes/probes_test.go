@@ -1,7 +1,7 @@
 // Copyright The service-with-healthchecks Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package probes benchmarks the kubelet's own TCP and HTTP probe code against the same kind of
+// Package probes benchmarks the kubelet's own TCP, HTTP and gRPC probe code against the same kind of
 // local servers that images/agent/internal/prober/bench_test.go uses for ours, so both can be
 // compared in one run (run.sh). This module stays outside go.work: it pulls k8s.io/kubernetes.
 package probes

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Copyright The service-with-healthchecks Authors.
 # SPDX-License-Identifier: Apache-2.0
-# Runs the probe benchmarks of the agent (images/agent/internal/prober: TCP, HTTP, PostgreSQL)
-# and of the kubelet (this module: k8s.io/kubernetes/pkg/probe/{tcp,http}) against the same kind
+# Runs the probe benchmarks of the agent (images/agent/internal/prober: TCP, HTTP, PostgreSQL, gRPC)
+# and of the kubelet (this module: k8s.io/kubernetes/pkg/probe/{tcp,http,grpc}) against the same kind
 # of local servers. Both test binaries are built first and then run in alternation, ROUNDS times,
 # so load from anything else on the machine hits both sides alike. Results go to
 # development/BENCHMARKS.md. Needs PostgreSQL 15 (make deps); as root it runs it as the postgres user.

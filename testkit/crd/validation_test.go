@@ -104,7 +104,7 @@ func TestInvalidResourcesAreRejectedWithAClearMessage(t *testing.T) {
 	}{
 		"a TCP probe that carries an http block names the tcp field": {
 			spec: withProbe("- mode: TCP\n  http: {targetPort: 8080, path: /}"),
-			want: "a probe with mode: TCP must set tcp: {targetPort: ...} and none of http, postgreSQL, mySQL",
+			want: "a probe with mode: TCP must set tcp: {targetPort: ...} and none of http, postgreSQL, mySQL, grpc",
 		},
 		"an HTTP probe without its http block": {
 			spec: withProbe("- mode: HTTP\n  tcp: {targetPort: 8080}"),
@@ -112,23 +112,23 @@ func TestInvalidResourcesAreRejectedWithAClearMessage(t *testing.T) {
 		},
 		"a PostgreSQL probe with a second block": {
 			spec: withProbe("- mode: PostgreSQL\n  postgreSQL: {targetPort: 5432}\n  tcp: {targetPort: 5432}"),
-			want: "a probe with mode: PostgreSQL must set postgreSQL: {targetPort: ...} and none of tcp, http, mySQL",
+			want: "a probe with mode: PostgreSQL must set postgreSQL: {targetPort: ...} and none of tcp, http, mySQL, grpc",
 		},
 		"a PostgreSQL probe with a mySQL block": {
 			spec: withProbe("- mode: PostgreSQL\n  postgreSQL: {targetPort: 5432}\n  mySQL: {targetPort: 3306}"),
-			want: "a probe with mode: PostgreSQL must set postgreSQL: {targetPort: ...} and none of tcp, http, mySQL",
+			want: "a probe with mode: PostgreSQL must set postgreSQL: {targetPort: ...} and none of tcp, http, mySQL, grpc",
 		},
 		"a MySQL probe without its mySQL block": {
 			spec: withProbe("- mode: MySQL\n  postgreSQL: {targetPort: 3306}"),
-			want: "a probe with mode: MySQL must set mySQL: {targetPort: ...} and none of tcp, http, postgreSQL",
+			want: "a probe with mode: MySQL must set mySQL: {targetPort: ...} and none of tcp, http, postgreSQL, grpc",
 		},
 		"a MySQL probe with a second block": {
 			spec: withProbe("- mode: MySQL\n  mySQL: {targetPort: 3306}\n  tcp: {targetPort: 3306}"),
-			want: "a probe with mode: MySQL must set mySQL: {targetPort: ...} and none of tcp, http, postgreSQL",
+			want: "a probe with mode: MySQL must set mySQL: {targetPort: ...} and none of tcp, http, postgreSQL, grpc",
 		},
 		"a TCP probe with a mySQL block": {
 			spec: withProbe("- mode: TCP\n  tcp: {targetPort: 3306}\n  mySQL: {targetPort: 3306}"),
-			want: "a probe with mode: TCP must set tcp: {targetPort: ...} and none of http, postgreSQL, mySQL",
+			want: "a probe with mode: TCP must set tcp: {targetPort: ...} and none of http, postgreSQL, mySQL, grpc",
 		},
 		"a MySQL target port of zero": {
 			spec: withProbe("- mode: MySQL\n  mySQL: {targetPort: 0}"),
@@ -147,8 +147,64 @@ func TestInvalidResourcesAreRejectedWithAClearMessage(t *testing.T) {
 			want: "mySQL.authSecretName must be a Secret name",
 		},
 		"an unknown probe mode": {
+			spec: withProbe("- mode: UDP\n  tcp: {targetPort: 8080}"),
+			want: `Unsupported value: "UDP": supported values: "HTTP", "TCP", "PostgreSQL", "GRPC"`,
+		},
+		"a GRPC probe without its grpc block": {
 			spec: withProbe("- mode: GRPC\n  tcp: {targetPort: 8080}"),
-			want: `Unsupported value: "GRPC": supported values: "HTTP", "TCP", "PostgreSQL"`,
+			want: "a probe with mode: GRPC must set grpc: {targetPort: ...} and none of tcp, http, postgreSQL, mySQL",
+		},
+		"a GRPC probe with a second block": {
+			spec: withProbe("- mode: GRPC\n  grpc: {targetPort: 9090}\n  http: {targetPort: 9090}"),
+			want: "a probe with mode: GRPC must set grpc: {targetPort: ...} and none of tcp, http, postgreSQL, mySQL",
+		},
+		"an HTTP probe that carries a grpc block": {
+			spec: withProbe("- mode: HTTP\n  http: {targetPort: 8080}\n  grpc: {targetPort: 9090}"),
+			want: "a probe with mode: HTTP must set http: {targetPort: ...} and none of tcp, postgreSQL, mySQL, grpc",
+		},
+		"a GRPC target port of zero": {
+			spec: withProbe("- mode: GRPC\n  grpc: {targetPort: 0}"),
+			want: "targetPort must be a port number from 1 to 65535 or a container port name",
+		},
+		"a GRPC probe without a target port": {
+			spec: withProbe("- mode: GRPC\n  grpc: {service: orders}"),
+			want: "spec.healthcheck.probes[0].grpc.targetPort: Required value",
+		},
+		"a gRPC service name with a space": {
+			spec: withProbe("- mode: GRPC\n  grpc: {targetPort: 9090, service: 'my service'}"),
+			want: "grpc.service must be a gRPC service name such as my.package.Orders",
+		},
+		"a gRPC service name that starts with a dot": {
+			spec: withProbe("- mode: GRPC\n  grpc: {targetPort: 9090, service: .orders}"),
+			want: "grpc.service must be a gRPC service name",
+		},
+		"a gRPC service name longer than 256 characters": {
+			spec: withProbe(fmt.Sprintf("- mode: GRPC\n  grpc: {targetPort: 9090, service: %s}", strings.Repeat("s", 257))),
+			want: "spec.healthcheck.probes[0].grpc.service: Too long: may not be more than 256",
+		},
+		"a CA certificate on a gRPC probe without TLS": {
+			spec: withProbe("- mode: GRPC\n  grpc: {targetPort: 9090, caCert: \"-----BEGIN CERTIFICATE-----\\nMIIB\\n-----END CERTIFICATE-----\"}"),
+			want: "grpc.caCert is only used with tls: true",
+		},
+		"insecureSkipTLSVerify on a gRPC probe without TLS": {
+			spec: withProbe("- mode: GRPC\n  grpc: {targetPort: 9090, tls: false, insecureSkipTLSVerify: true}"),
+			want: "grpc.insecureSkipTLSVerify is only used with tls: true",
+		},
+		"a gRPC probe with both a CA certificate and insecureSkipTLSVerify": {
+			spec: withProbe("- mode: GRPC\n  grpc: {targetPort: 9090, tls: true, insecureSkipTLSVerify: true, caCert: \"-----BEGIN CERTIFICATE-----\\nMIIB\\n-----END CERTIFICATE-----\"}"),
+			want: "set either grpc.caCert (verify against this CA) or grpc.insecureSkipTLSVerify, not both",
+		},
+		"a gRPC CA certificate that is not PEM": {
+			spec: withProbe("- mode: GRPC\n  grpc: {targetPort: 9090, tls: true, caCert: not-a-certificate}"),
+			want: "grpc.caCert must hold a PEM certificate",
+		},
+		"a gRPC CA certificate longer than the bound": {
+			spec: withProbe(fmt.Sprintf("- mode: GRPC\n  grpc:\n    targetPort: 9090\n    tls: true\n    caCert: %q", pemOfLength(v1alpha1.MaxCACertLength+1))),
+			want: "spec.healthcheck.probes[0].grpc.caCert: Too long: may not be more than 16384",
+		},
+		"a gRPC host with a path": {
+			spec: withProbe("- mode: GRPC\n  grpc: {targetPort: 9090, host: example.org/x}"),
+			want: "grpc.host must be a host name, optionally with :port",
 		},
 		"a probe target port of zero": {
 			spec: withProbe("- mode: TCP\n  tcp: {targetPort: 0}"),
@@ -427,6 +483,21 @@ func TestValidShapesAreAccepted(t *testing.T) {
 		},
 		"an http.path with escapes, spaces and a query the probe sends as it is": {
 			spec: withProbe(httpProbe("path: '/a%2Fb/héllo wörld?q=%zz&x'")),
+		},
+		"a plain gRPC probe of the whole server on a named port": {
+			spec: withProbe("- mode: GRPC\n  grpc: {targetPort: grpc}"),
+		},
+		"a gRPC probe of a named service with an explicitly empty name elsewhere": {
+			spec: withProbe("- mode: GRPC\n  grpc: {targetPort: 9090, service: my.package.Orders}\n- mode: GRPC\n  grpc: {targetPort: 9091, service: ''}"),
+		},
+		"gRPC over TLS with a CA and a host": {
+			spec: withProbe("- mode: GRPC\n  grpc: {targetPort: 9443, tls: true, host: grpc.example.org, caCert: \"-----BEGIN CERTIFICATE-----\\nMIIB\\n-----END CERTIFICATE-----\"}"),
+		},
+		"gRPC over TLS without verification": {
+			spec: withProbe("- mode: GRPC\n  grpc: {targetPort: 9443, tls: true, insecureSkipTLSVerify: true}"),
+		},
+		"a gRPC service name of exactly 256 characters": {
+			spec: withProbe(fmt.Sprintf("- mode: GRPC\n  grpc: {targetPort: 9090, service: %s}", strings.Repeat("s", 256))),
 		},
 	}
 	i := 0

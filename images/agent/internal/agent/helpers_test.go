@@ -128,7 +128,7 @@ func (a *runningAgent) waitSettled(t *testing.T) float64 {
 // probeRuns is how many probes the agent has run.
 func (a *runningAgent) probeRuns() float64 {
 	n := 0.0
-	for _, mode := range []v1alpha1.ProbeMode{v1alpha1.ProbeModeHTTP, v1alpha1.ProbeModeTCP, v1alpha1.ProbeModePostgreSQL} {
+	for _, mode := range []v1alpha1.ProbeMode{v1alpha1.ProbeModeHTTP, v1alpha1.ProbeModeTCP, v1alpha1.ProbeModePostgreSQL, v1alpha1.ProbeModeGRPC} {
 		for _, o := range []string{metrics.OutcomeSuccess, metrics.OutcomeFailure, metrics.OutcomeError} {
 			n += testutil.ToFloat64(a.Metrics.ProbeResults.WithLabelValues(string(mode), o))
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/prober"
+	"github.com/deckhouse/service-with-healthchecks/testkit/grpchealth"
 )
 
 // The servers below match bench/probes (the kubelet's probers), so bench/probes/run.sh compares
@@ -69,6 +70,13 @@ func BenchmarkHTTP(b *testing.B) {
 }
 
 // BenchmarkPostgreSQL is a full probe: connect, SCRAM, read-only transaction, query, close.
+// BenchmarkGRPC probes a grpc-go health server (testkit/grpchealth), as BenchmarkKubeletGRPC in
+// bench/probes does with the kubelet's gRPC probe.
+func BenchmarkGRPC(b *testing.B) {
+	s := grpchealth.Start(b, grpchealth.Options{})
+	benchProbe(b, grpcProbe(v1alpha1.GRPCProbe{}), prober.New(prober.Options{}), "127.0.0.1", int32(s.Port()))
+}
+
 func BenchmarkPostgreSQL(b *testing.B) {
 	pg := pgServers(b)
 	secrets := staticCredentials{"app": pgSecret(map[string]string{"user": "app", "password": appPassword})}

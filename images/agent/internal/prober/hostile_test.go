@@ -89,6 +89,22 @@ func hostilePGProbe() v1alpha1.Probe { return pgProbe("", "", "", 1) }
 
 func hostileMySQLProbe() v1alpha1.Probe { return myProbe("", "", "", 1) }
 
+func hostileGRPCProbe() v1alpha1.Probe { return grpcProbe(v1alpha1.GRPCProbe{}) }
+
+// grpcBufferBound is what a gRPC probe reads before it judges a server preface: its 4 KiB
+// read buffer, with room to spare.
+const grpcBufferBound = 16 << 10
+
+// drain reads and drops what the prober sends, so that its writes (the HTTP/2 preface, PING
+// acknowledgements) never wait for the server.
+func drain(c net.Conn) { _, _ = io.Copy(io.Discard, c) }
+
+// http2Frame is an HTTP/2 frame of type typ on stream 0 with payload.
+func http2Frame(typ byte, payload []byte) []byte {
+	f := []byte{byte(len(payload) >> 16), byte(len(payload) >> 8), byte(len(payload)), typ, 0, 0, 0, 0, 0}
+	return append(f, payload...)
+}
+
 // hostileCases are keyed by a name that is also the argument of the server process.
 func hostileCases() map[string]hostileCase {
 	return map[string]hostileCase{
@@ -241,6 +257,35 @@ func hostileCases() map[string]hostileCase {
 			},
 			probe:  hostileHTTPSProbe,
 			reason: "TLS: handshake message of length 16777215 bytes exceeds maximum of 65536 bytes",
+			bound:  tlsBound,
+		},
+		"endless bytes to a gRPC probe": {
+			script: func(c *countingConn) error {
+				go drain(c)
+				return stream(c, garbage(16<<10))
+			},
+			probe:  hostileGRPCProbe,
+			reason: `gRPC Unavailable: connection error: desc = "error reading server preface: http2: frame too large"`,
+			bound:  grpcBufferBound,
+		},
+		"endless HTTP/2 PING frames to a gRPC probe": {
+			script: func(c *countingConn) error {
+				go drain(c)
+				if _, err := c.Write(http2Frame(4, nil)); err != nil { // SETTINGS, empty
+					return err
+				}
+				return stream(c, bytes.Repeat(http2Frame(6, make([]byte, 8)), 1<<10))
+			},
+			probe:  hostileGRPCProbe,
+			reason: "server sent more than 1 MiB (the prober's limit per probe)",
+			bound:  probeReadBound,
+		},
+		"a real TLS server whose certificate chain carries 200 KiB, to a gRPC probe": {
+			script: func(c *countingConn) error {
+				return tls.Server(c, bigChainConfig()).Handshake()
+			},
+			probe:  func() v1alpha1.Probe { return grpcProbe(v1alpha1.GRPCProbe{TLS: true, InsecureSkipTLSVerify: true}) },
+			reason: "TLS: handshake exceeds 64 KiB (the prober's limit)",
 			bound:  tlsBound,
 		},
 		"a real TLS server whose certificate chain carries 200 KiB": {

@@ -1,10 +1,11 @@
 // Copyright The service-with-healthchecks Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package prober runs one probe (TCP with an optional send/expect dialogue, HTTP(S), PostgreSQL
-// or MySQL) against one pod address and says whether it passed. It follows the kubelet's
+// Package prober runs one probe (TCP with an optional send/expect dialogue, HTTP(S), PostgreSQL,
+// MySQL or gRPC) against one pod address and says whether it passed. It follows the kubelet's
 // prober: a probe returns Success or Failure with a short human reason; a Go error means the
-// probe could not be run at all (invalid input), never that the target is down. Every probe has a hard deadline of timeoutSeconds, applied inside,
+// probe could not be run at all (invalid input), never that the target is down. Every probe has
+// a hard deadline of timeoutSeconds, applied inside,
 // reads at most a constant number of bytes from the pod whatever the deadline (limits.go),
 // dials only podIP:port, reuses no connection and leaves no goroutine behind.
 package prober
@@ -138,6 +139,13 @@ func (p *Prober) Probe(ctx context.Context, probe v1alpha1.Probe, namespace, pod
 		}
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		res, err = p.probeMySQL(ctx, probe.MySQL, namespace, addr, timeout)
+		cancel()
+	case v1alpha1.ProbeModeGRPC:
+		if probe.GRPC == nil {
+			return Result{}, errors.New("mode GRPC without a grpc block")
+		}
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		res, err = p.probeGRPC(ctx, probe.GRPC, addr, timeout)
 		cancel()
 	default:
 		return Result{}, fmt.Errorf("unknown probe mode %q", probe.Mode)

@@ -186,7 +186,7 @@ func New(opts Options) *Scheduler {
 	opts.MaxTargets = max(opts.MaxTargets, 0)
 	opts.Metrics.ProbeBudget.Set(float64(opts.MaxTargets))
 	byMode := map[v1alpha1.ProbeMode]*modeMetrics{}
-	for _, mode := range []v1alpha1.ProbeMode{v1alpha1.ProbeModeTCP, v1alpha1.ProbeModeHTTP, v1alpha1.ProbeModePostgreSQL, v1alpha1.ProbeModeMySQL} {
+	for _, mode := range []v1alpha1.ProbeMode{v1alpha1.ProbeModeTCP, v1alpha1.ProbeModeHTTP, v1alpha1.ProbeModePostgreSQL, v1alpha1.ProbeModeMySQL, v1alpha1.ProbeModeGRPC} {
 		byMode[mode] = newModeMetrics(opts.Metrics, string(mode))
 	}
 	return &Scheduler{
