@@ -148,7 +148,7 @@ func TestInvalidResourcesAreRejectedWithAClearMessage(t *testing.T) {
 		},
 		"an unknown probe mode": {
 			spec: withProbe("- mode: UDP\n  tcp: {targetPort: 8080}"),
-			want: `Unsupported value: "UDP": supported values: "HTTP", "TCP", "PostgreSQL", "GRPC"`,
+			want: `Unsupported value: "UDP": supported values: "HTTP", "TCP", "PostgreSQL", "MySQL", "GRPC"`,
 		},
 		"a GRPC probe without its grpc block": {
 			spec: withProbe("- mode: GRPC\n  tcp: {targetPort: 8080}"),

@@ -20,7 +20,7 @@ import (
 
 func problemsText(missing, wrongType, malformed, unreadable int) string {
 	return fmt.Sprintf(`
-# HELP swh_agent_credential_secret_problems Credential Secrets referenced by PostgreSQL probes on this node that cannot be used, by problem (missing, wrong_type, malformed, unreadable); their probes cannot run.
+# HELP swh_agent_credential_secret_problems Credential Secrets referenced by PostgreSQL and MySQL probes on this node that cannot be used, by problem (missing, wrong_type, malformed, unreadable); their probes cannot run.
 # TYPE swh_agent_credential_secret_problems gauge
 swh_agent_credential_secret_problems{problem="malformed"} %d
 swh_agent_credential_secret_problems{problem="missing"} %d

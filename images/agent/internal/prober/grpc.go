@@ -144,7 +144,7 @@ func grpcErrorReason(ctx context.Context, err, below error, service string, time
 		return reason
 	}
 	st := status.Convert(err)
-	if ctx.Err() != nil || st.Code() == codes.DeadlineExceeded || st.Code() == codes.Canceled {
+	if pastDeadline(ctx) || st.Code() == codes.DeadlineExceeded || st.Code() == codes.Canceled {
 		if below != nil {
 			return belowReason(ctx, below, timeout)
 		}
@@ -154,6 +154,17 @@ func grpcErrorReason(ctx context.Context, err, below error, service string, time
 		return belowReason(ctx, below, timeout)
 	}
 	return grpcStatusReason(st.Code(), st.Message(), service)
+}
+
+// pastDeadline tells whether the probe's deadline has come: the connection carries the same
+// deadline (deadlineFromContext), and its read can fail with "i/o timeout" an instant before the
+// context's own timer marks the context done; either way the probe ran out of time.
+func pastDeadline(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	deadline, ok := ctx.Deadline()
+	return ok && !time.Now().Before(deadline)
 }
 
 // belowReason names an error below gRPC: a TLS handshake's, or a connection's.

@@ -52,6 +52,12 @@ func TestTheAuditReadsANodesPodsOncePerNamespaceAndNode(t *testing.T) {
 	// the Pod's.
 	forger := newResource(ns, "forger", func(s *v1alpha1.ServiceWithHealthchecks) { s.Spec.Selector = map[string]string{"app": "r0"} })
 	create(t, forger)
+	// The audit reads a slice's resource from the cache and leaves a slice whose resource it does
+	// not know to the garbage collector: the forger's resource is there before its slice, as an
+	// agent only publishes for a resource it has seen.
+	require.Eventually(t, func() bool {
+		return run.mgr.GetCache().Get(t.Context(), client.ObjectKeyFromObject(forger), &v1alpha1.ServiceWithHealthchecks{}) == nil
+	}, wait, tick, "the controller's cache has the forger's resource")
 	forged := slice(t, ns, "forger", forger.UID, "http", nodeName, withEndpoints(endpointOf(firstPod, "10.9.9.9", nodeName)))
 	gone(t, forged, "the forged slice is deleted")
 	assert.Equal(t, float64(1), testutil.ToFloat64(run.metrics.ForgedSlices))
