@@ -206,7 +206,7 @@ func round(o options, bin string, args []string) (res result, err error) {
 	// GETs and ends with the settle.
 	res.settled = time.Since(p.Started()) - o.settle
 	res.startGETs = requestsByMethod(nil, settled)["GET"]
-	res.startAudits = settled.Sum("swh_controller_audited_slices_total", nil)
+	res.startAudits = settled.Sum("swh_controller_audited_endpointslices_total", nil)
 	if res.startUp, err = process.CPUTime(p.PID()); err != nil {
 		return res, err
 	}
