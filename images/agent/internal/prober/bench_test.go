@@ -22,7 +22,9 @@ import (
 // The servers below match bench/probes (the kubelet's probers), so bench/probes/run.sh compares
 // both in one run. Results are in development/BENCHMARKS.md.
 
-func benchTCPTarget(b *testing.B) int32 {
+// benchAcceptor listens on loopback until the benchmark ends and hands every connection to
+// handle, on the accepting goroutine; it returns the port.
+func benchAcceptor(b *testing.B, handle func(net.Conn)) int32 {
 	b.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -35,10 +37,15 @@ func benchTCPTarget(b *testing.B) int32 {
 			if err != nil {
 				return
 			}
-			_ = c.Close()
+			handle(c)
 		}
 	}()
 	return port(l)
+}
+
+func benchTCPTarget(b *testing.B) int32 {
+	b.Helper()
+	return benchAcceptor(b, func(c net.Conn) { _ = c.Close() })
 }
 
 func benchHTTPTarget(b *testing.B) int32 {
@@ -134,32 +141,20 @@ func BenchmarkMySQLConnectOnly(b *testing.B) {
 // benchPingTarget answers every "PING\r\n" with "+PONG\r\n", like Redis, until the client goes.
 func benchPingTarget(b *testing.B) int32 {
 	b.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 64)
-				for {
-					if _, err := c.Read(buf); err != nil {
-						return
-					}
-					if _, err := io.WriteString(c, "+PONG\r\n"); err != nil {
-						return
-					}
+	return benchAcceptor(b, func(c net.Conn) {
+		go func() {
+			defer c.Close()
+			buf := make([]byte, 64)
+			for {
+				if _, err := c.Read(buf); err != nil {
+					return
 				}
-			}()
-		}
-	}()
-	return port(l)
+				if _, err := io.WriteString(c, "+PONG\r\n"); err != nil {
+					return
+				}
+			}
+		}()
+	})
 }
 
 // BenchmarkTCPSendExpect is a Redis-style PING/+PONG dialogue: connect, send, read the reply,
