@@ -28,6 +28,10 @@ import (
 // podNodeField is the Pods' field selector by node, served by the API server.
 const podNodeField = "spec.nodeName"
 
+// OwnerRetry is how long the audit waits before it looks again at a slice whose owning
+// resource its cache does not hold (yet).
+const OwnerRetry = 5 * time.Second
+
 // EventForged is the reason of the Event recorded when a forged slice is deleted.
 const EventForged = "ForgedEndpointSlice"
 
@@ -70,6 +74,8 @@ type Config struct {
 	SkipNameValidation bool
 	// Deleter deletes forged slices: the program's slice writer.
 	Deleter SliceDeleter
+	// WrapReader, when set (tests), wraps the cache reader of slices and resources.
+	WrapReader func(client.Reader) client.Reader
 }
 
 // Setup registers the audit with mgr.
@@ -80,8 +86,12 @@ func Setup(mgr ctrl.Manager, m *metrics.Metrics, recorder events.EventRecorder, 
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	var cached client.Reader = mgr.GetClient()
+	if cfg.WrapReader != nil {
+		cached = cfg.WrapReader(cached)
+	}
 	a := &Auditor{
-		Client: mgr.GetClient(), Pods: mgr.GetAPIReader(), Deleter: cfg.Deleter,
+		Client: cached, Pods: mgr.GetAPIReader(), Deleter: cfg.Deleter,
 		Recorder: recorder, Metrics: m, Now: cfg.Now, confirm: newConfirmer(cfg.Window), clean: newCleanSet(),
 	}
 	err := ctrl.NewControllerManagedBy(mgr).
@@ -114,8 +124,15 @@ func (a *Auditor) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 		return ctrl.Result{}, nil // Audited clean at this version with a sibling (batch.go).
 	}
 	in, audited, err := a.observe(ctx, &s)
-	if err != nil || !audited {
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if !audited {
+		// The cache has no resource that owns the slice. Either there is none (the garbage
+		// collector deletes the slice, and its deletion ends these retries) or the cache has not
+		// seen it yet (a resource created just before its slice): look again rather than leave
+		// the slice unaudited until its next change.
+		return ctrl.Result{RequeueAfter: OwnerRetry}, nil
 	}
 	a.Metrics.AuditedSlices.Inc()
 	confirmed, wait := a.confirm.observe(req.NamespacedName, s.UID, Decide(in), a.Now())

@@ -4,13 +4,16 @@
 package controller
 
 import (
+	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -64,4 +67,52 @@ func TestTheAuditReadsANodesPodsOncePerNamespaceAndNode(t *testing.T) {
 	for _, s := range honest {
 		require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(s), &discoveryv1.EndpointSlice{}), "honest slice %s stays", s.Name)
 	}
+}
+
+// TestTheAuditLooksAgainAtASliceWhoseResourceItsCacheHasNotSeen: the audit reads a slice's
+// resource from its cache. A slice that arrives while that cache does not hold its resource yet
+// (a resource created just before its slice, a cache behind the API server) is looked at again,
+// not left unaudited until its next change: once the cache has the resource, the forged slice
+// is confirmed and deleted. Only the audit's reads lag here (the garbage collector sees the
+// resource and keeps the slice); the API server and everything else are real.
+func TestTheAuditLooksAgainAtASliceWhoseResourceItsCacheHasNotSeen(t *testing.T) {
+	ns := env.CreateNamespaceForTest(t, "audit-lag")
+	nodeName := ns + "-node-a"
+	node(t, nodeName)
+	pod := runningPod(t, ns, "p", nodeName, "10.4.0.1", map[string]string{"app": "web"})
+	forger := newResource(ns, "forger", func(s *v1alpha1.ServiceWithHealthchecks) { s.Spec.Selector = map[string]string{"app": "web"} })
+	create(t, forger)
+	lag := &laggingReader{hidden: client.ObjectKeyFromObject(forger)}
+	run := startController(t, ns, func(o *Options) {
+		o.SkipAudit = false
+		o.auditReader = func(r client.Reader) client.Reader { lag.Reader = r; return lag }
+	})
+	forged := slice(t, ns, "forger", forger.UID, "http", nodeName, withEndpoints(endpointOf(pod, "10.9.9.9", nodeName)))
+
+	require.Eventually(t, func() bool { return lag.hid.Load() >= 2 }, wait, tick,
+		"the audit looks at the slice again while its cache does not hold the resource")
+	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(forged), &discoveryv1.EndpointSlice{}),
+		"nothing deletes the slice while its resource is unknown to the audit")
+	assert.Zero(t, testutil.ToFloat64(run.metrics.ForgedSlices))
+
+	lag.released.Store(true)
+	gone(t, forged, "the forged slice is deleted once the audit's cache has its resource")
+	assert.Equal(t, float64(1), testutil.ToFloat64(run.metrics.ForgedSlices))
+}
+
+// laggingReader hides one resource from the reader it wraps until it is released, and counts
+// the reads it answered NotFound.
+type laggingReader struct {
+	client.Reader
+	hidden   client.ObjectKey
+	released atomic.Bool
+	hid      atomic.Int64
+}
+
+func (l *laggingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*v1alpha1.ServiceWithHealthchecks); ok && key == l.hidden && !l.released.Load() {
+		l.hid.Add(1)
+		return apierrors.NewNotFound(v1alpha1.GroupVersion.WithResource("servicewithhealthchecks").GroupResource(), key.Name)
+	}
+	return l.Reader.Get(ctx, key, obj, opts...)
 }

@@ -104,6 +104,9 @@ type Options struct {
 	onReconcile func() func()
 	// auditNow, when set (tests), is the clock of the audit's confirmation window.
 	auditNow func() time.Time
+	// auditReader, when set (tests), wraps the cache reader the audit reads slices and resources
+	// with: a test makes the cache lag behind the API server with it.
+	auditReader func(client.Reader) client.Reader
 }
 
 // NewManager creates a manager that runs the reconciler while it leads. It serves health on
@@ -213,7 +216,7 @@ func setupAudit(mgr ctrl.Manager, m *metrics.Metrics, writer *slicewrite.Writer,
 	if o.SkipAudit {
 		return nil
 	}
-	return audit.Setup(mgr, m, mgr.GetEventRecorder(EventSource), audit.Config{Window: o.AuditWindow, Now: o.auditNow, SkipNameValidation: o.SkipNameValidation, Deleter: writer})
+	return audit.Setup(mgr, m, mgr.GetEventRecorder(EventSource), audit.Config{Window: o.AuditWindow, Now: o.auditNow, WrapReader: o.auditReader, SkipNameValidation: o.SkipNameValidation, Deleter: writer})
 }
 
 // newScheme knows the built-in types and the module's.
