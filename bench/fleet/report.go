@@ -60,17 +60,18 @@ func report(w io.Writer, o options, builds []string, results map[string][]result
 		p("%d more resources created at once by %d clients in another namespace of the same fleet: "+
 			"from the first create until every status is set (`observedGeneration` = generation, `ServiceSynced=True`), "+
 			"the controller's CPU over that and until its counters stayed flat %s, its RSS, and its writes.\n\n", o.burst, o.writers, o.settle)
-		p("| build | creates done | every status set | CPU | peak RSS | RSS after | controller writes / resource | reconciles / resource |\n")
-		p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		p("| build | creates done | every status set | CPU | peak RSS | RSS after | Go heap in use after | controller writes / resource | reconciles / resource |\n")
+		p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 		n := float64(o.burst)
 		for _, b := range builds {
 			rs := results[b]
-			p("| %s | %s | %s | %s | %s | %s | %s | %s |\n", b,
+			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", b,
 				durs(rs, func(r result) time.Duration { return r.burst.creates }),
 				durs(rs, func(r result) time.Duration { return r.burst.statuses }),
 				durs(rs, func(r result) time.Duration { return r.burst.cpu }),
 				mibs(rs, func(r result) int64 { return r.burst.peakRSS }),
 				mibs(rs, func(r result) int64 { return r.burst.rssAfter }),
+				mibs(rs, func(r result) int64 { return r.burst.heapAfter }),
 				nums(rs, "%.2f", func(r result) float64 { return writes(r.burst.apiWrites) / n }),
 				nums(rs, "%.2f", func(r result) float64 { return r.burst.reconciles / n }))
 		}

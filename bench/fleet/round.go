@@ -80,6 +80,7 @@ type burst struct {
 	cpu        time.Duration
 	rssAfter   int64
 	peakRSS    int64
+	heapAfter  int64 // go_memstats_heap_inuse_bytes once settled
 	apiWrites  map[string]float64 // by the API server's count, leases and the benchmark's own creates left out
 	requests   map[string]float64 // the controller's own, by method
 	serviceW   float64
@@ -385,6 +386,7 @@ func runBurst(ctx context.Context, o options, env *controlplane.Env, cs kubernet
 	if b.peakRSS, err = process.PeakRSS(p.PID()); err != nil {
 		return b, err
 	}
+	b.heapAfter = int64(after.Sum("go_memstats_heap_inuse_bytes", nil))
 	b.apiWrites = map[string]float64{}
 	for k, v := range apiAfter {
 		if d := v - apiBefore[k]; d > 0 {
