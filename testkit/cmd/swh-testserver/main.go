@@ -79,7 +79,7 @@ func main() {
 	control := fs.String("control", "", "address of the control listener (HTTP); empty: none")
 	termDelay := fs.Duration("term-delay", 0, "how long to keep serving after SIGTERM")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: swh-testserver [-control ADDR] [-term-delay D] MODE=ADDR...\nmodes: %s\n", strings.Join(modes, ", "))
+		_, _ = fmt.Fprintf(fs.Output(), "usage: swh-testserver [-control ADDR] [-term-delay D] MODE=ADDR...\nmodes: %s\n", strings.Join(modes, ", "))
 		fs.PrintDefaults()
 	}
 	_ = fs.Parse(os.Args[1:])
