@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -158,4 +159,20 @@ func TestGRPCHealthFollowsTheControl(t *testing.T) {
 	require.NoError(t, err)
 	_ = resp.Body.Close()
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+}
+
+func TestSilentNeverWrites(t *testing.T) {
+	addrs, _ := start(t, modeSilent)
+	c, err := net.Dial("tcp", addrs[modeSilent])
+	require.NoError(t, err)
+	defer func() { _ = c.Close() }()
+	_, err = io.WriteString(c, "EHLO probe\r\n")
+	require.NoError(t, err)
+	// Nothing comes back: the read ends at its deadline (not EOF: the connection stays open).
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(500*time.Millisecond)))
+	n, err := c.Read(make([]byte, 1))
+	require.Zero(t, n, "the silent server wrote")
+	var ne net.Error
+	require.ErrorAs(t, err, &ne)
+	require.True(t, ne.Timeout(), "the connection stays open and silent: %v", err)
 }

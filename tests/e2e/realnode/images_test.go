@@ -125,10 +125,13 @@ func waitUnprogrammed(t *testing.T, c *cluster.Cluster, service string, port int
 
 // TestRealNodeHostileAndGRPCPortsBesideAServingPort: one container of the local test server
 // image on the real node serves HTTP (port http), a header line that never ends (port
-// hostile) and the gRPC health service (port grpc). The agent's probe of hostile fails with the
-// prober's bound as the reason and the port is never published, the gRPC port follows the health
-// service's status as the test flips it through the server's control listener, and the HTTP
-// port keeps its endpoint throughout: 0 failed requests through it.
+// hostile), a server that accepts and never greets (port silent), a 1 TiB body (port bigbody)
+// and the gRPC health service (port grpc). The agent's probes of hostile and silent fail with
+// clear reasons (the prober's bound; the banner check's deadline) and those ports are never
+// published; bigbody is published (the prober judges the status and reads a bounded part of the
+// body); the gRPC port follows the health service's status as the test flips it through the
+// server's control listener; and the HTTP port keeps its endpoint throughout: 0 failed requests
+// through it.
 func TestRealNodeHostileAndGRPCPortsBesideAServingPort(t *testing.T) {
 	s, _ := realStack(t)
 	c := s.Cluster
@@ -137,27 +140,38 @@ func TestRealNodeHostileAndGRPCPortsBesideAServingPort(t *testing.T) {
 		{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP},
 		{Name: "hostile", ContainerPort: 8082, Protocol: corev1.ProtocolTCP},
 		{Name: "grpc", ContainerPort: 9090, Protocol: corev1.ProtocolTCP},
-	}, "http=:8080", "endless-headers=:8082", "grpc-health=:9090")
+		{Name: "silent", ContainerPort: 2526, Protocol: corev1.ProtocolTCP},
+		{Name: "bigbody", ContainerPort: 8083, Protocol: corev1.ProtocolTCP},
+	}, "http=:8080", "endless-headers=:8082", "grpc-health=:9090", "silent=:2526", "huge-body=:8083")
 	require.NoError(t, c.Env.Client.Create(t.Context(), pod))
 	ip := waitRunning(t, c, pod)
 	grpcProbe := v1alpha1.Probe{
 		Mode: v1alpha1.ProbeModeGRPC, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: tm.FailureThreshold,
 		GRPC: &v1alpha1.GRPCProbe{TargetPort: intstr.FromString("grpc")},
 	}
+	bannerProbe := tm.TCPProbe(intstr.FromString("silent"))
+	bannerProbe.TCP.Steps = []v1alpha1.TCPStep{{Expect: &v1alpha1.TCPExpect{Prefix: "220"}}}
 	res := tm.Resource(ns, "mixed", map[string]string{"app": "mixed"},
 		[]v1alpha1.ServicePort{
 			e2e.ServicePort("web", 80, intstr.FromString("http")),
 			e2e.ServicePort("hostile", 82, intstr.FromString("hostile")),
 			e2e.ServicePort("grpc", 90, intstr.FromString("grpc")),
+			e2e.ServicePort("silent", 26, intstr.FromString("silent")),
+			e2e.ServicePort("bigbody", 83, intstr.FromString("bigbody")),
 		},
-		tm.HTTPProbe(intstr.FromString("http")), tm.HTTPProbe(intstr.FromString("hostile")), grpcProbe)
+		tm.HTTPProbe(intstr.FromString("http")), tm.HTTPProbe(intstr.FromString("hostile")), grpcProbe,
+		bannerProbe, tm.HTTPProbe(intstr.FromString("bigbody")))
 	require.NoError(t, s.Apply(t.Context(), ns, res))
 	svc := ns + "/mixed"
 	waitProgrammed(t, c, svc, 80, []string{net.JoinHostPort(ip, "8080")})
 	waitProgrammed(t, c, svc, 90, []string{net.JoinHostPort(ip, "9090")})
+	waitProgrammed(t, c, svc, 83, []string{net.JoinHostPort(ip, "8083")})
 	note := waitNotReadyEvent(t, c, ns, "mixed", "hostile", "response status line and headers exceed 64 KiB (the prober's limit)")
 	t.Logf("hostile port: %s", note)
+	note = waitNotReadyEvent(t, c, ns, "mixed", "silent", `timeout after 1s: expected a reply starting with "220", got nothing`)
+	t.Logf("silent port: %s", note)
 	require.Empty(t, programmed(t, c, svc, 82), "the hostile port is not published")
+	require.Empty(t, programmed(t, c, svc, 26), "the silent port is not published")
 
 	loop := c.Traffic(t, cluster.TrafficOptions{Service: svc, Port: 80, Duration: 5 * time.Minute})
 	tm.WaitRequestsAfter(t, loop, time.Now(), tm.MinInWindow)
@@ -176,4 +190,5 @@ func TestRealNodeHostileAndGRPCPortsBesideAServingPort(t *testing.T) {
 	require.Empty(t, results.Failed(), "failed requests: %s", e2e.Failures(results))
 	assert.Equal(t, []string{ns + "/mixed"}, in.Pods(), "the pod kept serving the HTTP port")
 	require.Empty(t, programmed(t, c, svc, 82), "the hostile port stayed unpublished")
+	require.Empty(t, programmed(t, c, svc, 26), "the silent port stayed unpublished")
 }
