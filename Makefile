@@ -84,9 +84,10 @@ test: deps ## Run every test of every module (real API server, real servers); bu
 	@GO_TEST_FLAGS="$(GO_TEST_FLAGS)" MODULES="$(MODULES)" STANDALONE="$(STANDALONE)" hack/test.sh
 
 .PHONY: test-nodes
-test-nodes: deps ## Run the end-to-end scenarios on real nodes (a kubelet and containerd per node, tests/e2e/realnode); builds the node and containerd tool groups.
+test-nodes: deps ## Run the end-to-end scenarios on real nodes (a kubelet and containerd per node, tests/e2e/realnode) and the `make run NODES=real` smoke test; builds the node and containerd tool groups.
 	@tools/build.sh kube node containerd
 	@cd tests && CGO_ENABLED=0 GOFLAGS="$${GOFLAGS:+$$GOFLAGS }-trimpath" SWH_REAL_NODES=1 go test $(GO_TEST_FLAGS) -run RealNode ./e2e/realnode/
+	@cd testkit && CGO_ENABLED=0 GOFLAGS="$${GOFLAGS:+$$GOFLAGS }-trimpath" SWH_REAL_NODES=1 go test $(GO_TEST_FLAGS) -run RealNode ./cmd/swh-run/
 
 .PHONY: test-race
 test-race: deps test-tools ## Run the agent's, the controller's and testkit's tests with -race and the informer-cache mutation detector (hack/test-race.sh); PKGS="./x/..." picks packages.
@@ -100,13 +101,18 @@ bench: deps tools ## Run every benchmark suite (bench/run.sh: bench/*/run.sh in 
 bench-probes: deps ## Benchmark our TCP/HTTP/PostgreSQL probers and the kubelet's TCP/HTTP probers (development/BENCHMARKS.md).
 	bench/probes/run.sh
 
+# NODES=real runs `make run`'s pods on real nodes (a kubelet and containerd each); empty: network
+# namespace pods (development/RUN.md, "On real nodes").
+NODES ?=
+
 .PHONY: run
-run: ## Run the product on a local demo cluster with a live view until Ctrl-C (root; development/RUN.md). ARGS="--exit-after-ready" for a smoke run.
+run: ## Run the product on a local demo cluster with a live view until Ctrl-C (root; development/RUN.md). ARGS="--exit-after-ready" for a smoke run; NODES=real on real kubelet nodes.
 	@if [[ $$(id -u) -ne 0 ]]; then echo "make run: needs root: it creates network namespaces, veth pairs and nftables rules and runs PostgreSQL as the postgres user; run \`sudo make run\`" >&2; exit 1; fi
+	@case "$(NODES)" in ""|real) ;; *) echo "make run: NODES=$(NODES): want NODES=real (real kubelet nodes) or no NODES (network namespace pods)" >&2; exit 1;; esac
 	@hack/deps.sh
-	@tools/build.sh kube
+	@tools/build.sh kube $(if $(filter real,$(NODES)),node containerd)
 	@cd testkit && go build -o "$${TMPDIR:-/tmp}/swh-run-$$$$" ./cmd/swh-run && cd .. && \
-		trap 'rm -f "$${TMPDIR:-/tmp}/swh-run-$$$$"' EXIT && "$${TMPDIR:-/tmp}/swh-run-$$$$" $(ARGS)
+		trap 'rm -f "$${TMPDIR:-/tmp}/swh-run-$$$$"' EXIT && "$${TMPDIR:-/tmp}/swh-run-$$$$" $(if $(filter real,$(NODES)),--nodes=real) $(ARGS)
 
 .PHONY: run-ctl
 run-ctl: ## Control a running `make run` from a second terminal: make run-ctl ARGS="stop-smtp" (ARGS=help lists the commands).

@@ -15,8 +15,14 @@ import (
 
 // Image references of the local images.
 const (
-	PauseImage  = "swh.test/pause:1"
+	// PauseImage is the pod sandbox (testkit/cmd/swh-pause).
+	PauseImage = "swh.test/pause:1"
+	// ServerImage is the HTTP pod server (testkit/cmd/swh-podserver).
 	ServerImage = "swh.test/podserver:1"
+	// TestServerImage is the multi-mode server (testkit/cmd/swh-testserver): HTTP, SMTP-like
+	// (banner; wedged), the hostile ones (silent, endless headers, huge body) and the gRPC health
+	// server, one MODE=ADDR argument per listener.
+	TestServerImage = "swh.test/testserver:1"
 )
 
 // ToolDir builds a tool group of tools/build.sh when it is not in the cache yet (node: the
@@ -37,8 +43,11 @@ func ToolDir(group string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// BuildImages builds the pause program and the pod server as static binaries and packs each
-// into an OCI archive in dir (PauseImage, ServerImage); it returns the archives' paths.
+// BuildImages builds the pause program, the pod server and the multi-mode test server as static
+// binaries and packs each into an OCI archive in dir (PauseImage, ServerImage,
+// TestServerImage); it returns the archives' paths. The archives are reproducible: the same
+// source gives the same bytes (-trimpath, no VCS stamp, WriteArchive's fixed metadata), whatever
+// the checkout's commit or state.
 func BuildImages(dir string) ([]string, error) {
 	root, err := controlplane.RepoRoot()
 	if err != nil {
@@ -48,10 +57,12 @@ func BuildImages(dir string) ([]string, error) {
 	for _, img := range []Image{
 		{Ref: PauseImage, Name: "swh-pause"},
 		{Ref: ServerImage, Name: "swh-podserver"},
+		{Ref: TestServerImage, Name: "swh-testserver"},
 	} {
 		img.Binary = filepath.Join(dir, img.Name)
-		// Static, whatever the caller's build (a -race test binary builds with cgo).
-		cmd := exec.Command("go", "build", "-trimpath", "-o", img.Binary, "./cmd/"+img.Name)
+		// Static, whatever the caller's build (a -race test binary builds with cgo); no VCS
+		// stamp, so a commit or a dirty tree does not change the bytes of the same source.
+		cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-o", img.Binary, "./cmd/"+img.Name)
 		cmd.Dir = filepath.Join(root, "testkit")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {

@@ -157,13 +157,13 @@ func (d *demo) handle(ctx context.Context, conn net.Conn) {
 	fields := strings.Fields(line)
 	reply := func(s string) { _, _ = io.WriteString(conn, s+"\n") }
 	if len(fields) == 0 || fields[0] == "help" {
-		reply(helpText())
+		reply(d.help())
 		return
 	}
-	cmd, ok := commands[fields[0]]
+	cmd, ok := d.command(fields[0])
 	switch {
 	case !ok:
-		reply(fmt.Sprintf("error: unknown command %q\n%s", fields[0], helpText()))
+		reply(fmt.Sprintf("error: unknown command %q\n%s", fields[0], d.help()))
 		return
 	case cmd.needsArg() && len(fields) != 2:
 		reply(fmt.Sprintf("error: %s needs %s", fields[0], cmd.args))

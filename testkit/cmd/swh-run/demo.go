@@ -64,6 +64,9 @@ type Config struct {
 	// DualStack makes the demo cluster dual-stack and adds the dual-stack example resource, its
 	// two pods and a traffic loop through each of its ClusterIPs.
 	DualStack bool
+	// Nodes is "namespace" (default: pods are network namespaces the harness makes) or "real"
+	// (real kubelet nodes, testkit/realnode; IPv4 only): see real.go.
+	Nodes string
 	// Out receives the view and the progress lines.
 	Out io.Writer
 	// OnView, when set, receives every rendered view (tests).
@@ -92,6 +95,8 @@ type demo struct {
 	notes    []string     // the last control commands and their results
 
 	loops []*loop
+	// real is the real-node part of a demo on real nodes (Config.Nodes "real"), nil otherwise.
+	real *realDemo
 	// bg are the goroutines that must end before the cleanup.
 	bg *sync.WaitGroup
 }
@@ -163,6 +168,9 @@ func (d *demo) claimRunDir() error {
 }
 
 func (d *demo) up(ctx context.Context) error {
+	if d.cfg.Nodes == nodesReal {
+		return d.upReal(ctx)
+	}
 	d.progress("building the controller and the agent, starting the API server, etcd, kube-proxy, 2 controllers and an agent per node (about a minute)")
 	s, err := stack.New(ctx, stack.Options{LogDir: filepath.Join(d.runDir, "logs"), DualStack: d.cfg.DualStack})
 	if err != nil {
@@ -270,13 +278,21 @@ func joinAddrs(p *cluster.Pod) string {
 // startPostgres starts the primary in db-0 and a streaming replica in db-1, with the probe's
 // role from the example Secret and the traffic's role with a table to write to.
 func (d *demo) startPostgres(ctx context.Context) error {
+	return d.startPostgresIn(ctx, [2]postgres.Options{
+		{ListenAddress: d.dbPods[0].IP.String(), CommandPrefix: d.dbPods[0].CommandPrefix()},
+		{ListenAddress: d.dbPods[1].IP.String(), CommandPrefix: d.dbPods[1].CommandPrefix()},
+	}, [2]string{d.dbPods[0].Node, d.dbPods[1].Node})
+}
+
+// startPostgresIn starts the primary (db-0) and the replica (db-1) with opts, in the pods on
+// nodes.
+func (d *demo) startPostgresIn(ctx context.Context, opts [2]postgres.Options, nodes [2]string) error {
 	user, password, err := exampleCredentials()
 	if err != nil {
 		return err
 	}
-	d.progress("starting PostgreSQL: primary in %s (%s), streaming replica in %s (%s)",
-		d.dbPods[0].Name, d.dbPods[0].Node, d.dbPods[1].Name, d.dbPods[1].Node)
-	primary, err := postgres.Start(ctx, postgres.Options{ListenAddress: d.dbPods[0].IP.String(), CommandPrefix: d.dbPods[0].CommandPrefix()})
+	d.progress("starting PostgreSQL: primary in db-0 (%s), streaming replica in db-1 (%s)", nodes[0], nodes[1])
+	primary, err := postgres.Start(ctx, opts[0])
 	if err != nil {
 		return err
 	}
@@ -296,7 +312,7 @@ func (d *demo) startPostgres(ctx context.Context) error {
 			return err
 		}
 	}
-	replica, err := primary.StartReplica(ctx, postgres.Options{ListenAddress: d.dbPods[1].IP.String(), CommandPrefix: d.dbPods[1].CommandPrefix()})
+	replica, err := primary.StartReplica(ctx, opts[1])
 	if err != nil {
 		return err
 	}
@@ -346,6 +362,9 @@ func stringMap(obj map[string]any, key string) map[string]string {
 
 // podOfIP names the demo pod with the address.
 func (d *demo) podOfIP(ip string) string {
+	if d.real != nil && d.real.podIPs[ip] != "" {
+		return d.real.podIPs[ip]
+	}
 	for _, p := range append([]*cluster.Pod{d.vm}, d.dbPods[:]...) {
 		if p != nil && p.IP.String() == ip {
 			return p.Key()
@@ -368,6 +387,11 @@ func (d *demo) cleanup() error {
 	}
 	if d.s != nil {
 		if err := d.s.Stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if d.real != nil {
+		if err := d.real.stop(); err != nil {
 			errs = append(errs, err)
 		}
 	}

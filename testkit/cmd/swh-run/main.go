@@ -8,7 +8,7 @@
 // docs/examples/, and a live view of what is published and what traffic through each Service's
 // ClusterIP sees. It runs until Ctrl-C and then removes everything it created.
 //
-//	swh-run [--exit-after-ready] [--socket PATH] [--plain] [--dual-stack=false]   run the demo (root)
+//	swh-run [--exit-after-ready] [--socket PATH] [--plain] [--dual-stack=false] [--nodes real]   run the demo (root)
 //	swh-run ctl COMMAND [ARG]                                  break things from a second terminal
 //
 // See development/RUN.md.
@@ -88,6 +88,7 @@ func parse(args []string, out io.Writer) (Config, error) {
 	fs.BoolVar(&cfg.Plain, "plain", false, "Print each changed view below the previous one instead of redrawing the screen (the default when stdout is not a terminal).")
 	fs.DurationVar(&cfg.Window, "window", 10*time.Second, "Rolling window of the traffic counts.")
 	fs.BoolVar(&cfg.DualStack, "dual-stack", true, "Make the demo cluster dual-stack (IPv4 and IPv6) and add the dual-stack example (docs/examples/dual-stack.yaml) with a traffic loop through each of its ClusterIPs; --dual-stack=false: IPv4 only.")
+	fs.StringVar(&cfg.Nodes, "nodes", nodesNamespace, "Where the pods run: namespace (network namespaces the harness makes) or real (a kubelet and containerd per node, containers of local images; IPv4 only; make run NODES=real).")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			_, _ = fmt.Fprint(out, "Usage: swh-run [flags]        run the demo cluster until Ctrl-C (root)\n"+
@@ -102,6 +103,19 @@ func parse(args []string, out io.Writer) (Config, error) {
 	}
 	if cfg.Window < time.Second {
 		return cfg, fmt.Errorf("--window %s: must be at least 1s", cfg.Window)
+	}
+	switch cfg.Nodes {
+	case nodesNamespace:
+	case nodesReal:
+		// The real nodes' pod network (the CNI bridge with host-local addresses) is IPv4 only.
+		dualSet := false
+		fs.Visit(func(f *flag.Flag) { dualSet = dualSet || (f.Name == "dual-stack" && cfg.DualStack) })
+		if dualSet {
+			return cfg, errors.New("--dual-stack: not with --nodes=real (the real nodes' pod network is IPv4 only)")
+		}
+		cfg.DualStack = false
+	default:
+		return cfg, fmt.Errorf("--nodes %q: want namespace or real", cfg.Nodes)
 	}
 	return cfg, nil
 }

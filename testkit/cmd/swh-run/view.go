@@ -303,18 +303,18 @@ func (d *demo) renderCluster(b *strings.Builder, leases []coordinationv1.Lease, 
 		exists[n.Name] = true
 	}
 	var parts []string
-	for _, n := range d.c.Nodes {
+	for _, name := range d.nodeNames() {
 		agent := "agent stopped"
-		if pid := d.s.AgentPID(n.Name); pid != 0 {
+		if pid := d.s.AgentPID(name); pid != 0 {
 			agent = fmt.Sprintf("agent pid %d", pid)
 		}
-		if t, ok := renewed[n.Name]; ok {
+		if t, ok := renewed[name]; ok {
 			agent += fmt.Sprintf(", lease renewed %s ago", time.Since(t).Truncate(100*time.Millisecond))
 		}
-		if !exists[n.Name] {
+		if !exists[name] {
 			agent = "Node DELETED, " + agent
 		}
-		parts = append(parts, fmt.Sprintf("%s (%s)", n.Name, agent))
+		parts = append(parts, fmt.Sprintf("%s (%s%s)", name, d.kubeletState(name), agent))
 	}
 	fmt.Fprintf(b, "nodes: %s\n", strings.Join(parts, "; "))
 }
