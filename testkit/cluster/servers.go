@@ -4,18 +4,18 @@
 package cluster
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/deckhouse/service-with-healthchecks/testkit/smtpserver"
 )
 
 // Protocol is what a test server speaks and what the traffic client expects.
@@ -209,7 +209,7 @@ func (s *Server) acceptLoop(ln net.Listener) {
 				return
 			}
 			if s.Protocol == SMTP {
-				s.serveSMTP(c)
+				smtpserver.Serve(c, s.Pod.Key())
 				return
 			}
 			s.serveTCP(c)
@@ -235,32 +235,3 @@ func (s *Server) serveTCP(c net.Conn) {
 	}
 }
 
-func (s *Server) serveSMTP(c net.Conn) {
-	key := s.Pod.Key()
-	if _, err := fmt.Fprintf(c, "220 %s ESMTP testkit\r\n", key); err != nil {
-		return
-	}
-	r := bufio.NewReader(c)
-	for {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			return
-		}
-		verb, _, _ := strings.Cut(strings.TrimSpace(line), " ")
-		var reply string
-		switch strings.ToUpper(verb) {
-		case "HELO", "EHLO":
-			reply = "250 " + key
-		case "NOOP", "RSET":
-			reply = "250 2.0.0 OK"
-		case "QUIT":
-			_, _ = fmt.Fprintf(c, "221 2.0.0 %s closing\r\n", key)
-			return
-		default:
-			reply = "502 5.5.2 command not recognized"
-		}
-		if _, err := fmt.Fprintf(c, "%s\r\n", reply); err != nil {
-			return
-		}
-	}
-}

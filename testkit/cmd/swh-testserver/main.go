@@ -37,7 +37,6 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"flag"
 	"fmt"
@@ -57,6 +56,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/deckhouse/service-with-healthchecks/testkit/grpchealth"
+	"github.com/deckhouse/service-with-healthchecks/testkit/smtpserver"
 )
 
 // Modes of a listener.
@@ -273,7 +273,7 @@ func (s *server) serveConn(mode string, c net.Conn) {
 			_, _ = io.Copy(io.Discard, c)
 			return
 		}
-		s.serveSMTP(c)
+		smtpserver.Serve(c, s.pod)
 	case modeEndlessHeaders:
 		readHead(c)
 		if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nX-A: "); err != nil {
@@ -306,35 +306,6 @@ func readHead(c net.Conn) {
 		n, err := c.Read(buf)
 		got = append(got, buf[:n]...)
 		if err != nil {
-			return
-		}
-	}
-}
-
-func (s *server) serveSMTP(c net.Conn) {
-	if _, err := fmt.Fprintf(c, "220 %s ESMTP testkit\r\n", s.pod); err != nil {
-		return
-	}
-	r := bufio.NewReader(c)
-	for {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			return
-		}
-		verb, _, _ := strings.Cut(strings.TrimSpace(line), " ")
-		var reply string
-		switch strings.ToUpper(verb) {
-		case "HELO", "EHLO":
-			reply = "250 " + s.pod
-		case "NOOP", "RSET":
-			reply = "250 2.0.0 OK"
-		case "QUIT":
-			_, _ = fmt.Fprintf(c, "221 2.0.0 %s closing\r\n", s.pod)
-			return
-		default:
-			reply = "502 5.5.2 command not recognized"
-		}
-		if _, err := fmt.Fprintf(c, "%s\r\n", reply); err != nil {
 			return
 		}
 	}
