@@ -85,13 +85,26 @@ func newBench(ctx context.Context, c *cluster.Cluster, o options) (*bench, error
 	if err != nil {
 		return nil, err
 	}
+	agentKC := kubeconfig
+	if o.policies != "" {
+		user, err := installPolicies(ctx, c.Env.Config, o.policies)
+		if err != nil {
+			return nil, err
+		}
+		if err := waitPolicies(ctx, c.Env.Config, leaseNS, user, agentNode); err != nil {
+			return nil, err
+		}
+		if agentKC, err = agentKubeconfig(kubeconfig, dir, user, agentNode); err != nil {
+			return nil, err
+		}
+	}
 	addrs, err := loopback.FreeAddrs(2)
 	if err != nil {
 		return nil, err
 	}
 	metricsAddr, healthAddr := addrs[0], addrs[1]
 	b.agentMetrics = metricsAddr
-	args := []string{"--node-name", agentNode, "--kubeconfig", kubeconfig, "--lease-namespace", leaseNS,
+	args := []string{"--node-name", agentNode, "--kubeconfig", agentKC, "--lease-namespace", leaseNS,
 		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", healthAddr, "--log-level", "error"}
 	args = append(args, strings.Fields(o.agentArgs)...)
 	if b.agent, err = startProc("agent", dir, o.agent, args...); err != nil {

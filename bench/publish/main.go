@@ -43,6 +43,9 @@ type options struct {
 	builtinWrite string
 	// apiServerGC adds the API server's garbage collection to the report (apiserver.go).
 	apiServerGC bool
+	// policies is a file of the chart's ValidatingAdmissionPolicies and bindings to install, with
+	// the agent acting as its service account on its node (policies.go); empty: none.
+	policies string
 }
 
 func main() {
@@ -65,6 +68,7 @@ func main() {
 		"and the percentiles of the rest) and measure its allocation per flip of each side after it; the scrapes add a few MB of "+
 		"allocation to the API server every 2 s")
 	flag.StringVar(&o.samplesOut, "samples-out", "", "also write every sample to this CSV file (side, endpoints, round, address, direction, start and watch event as Unix nanoseconds, latency, phase and the built-in GET in nanoseconds)")
+	flag.StringVar(&o.policies, "policies", "", "install the chart's admission policies from this file (tests/internal/cmd/renderchart; run.sh sets it unless POLICIES=0) and run the agent as its service account on its node, so that its slice writes pay the policies' CEL as in a cluster")
 	flag.Parse()
 	for s := range strings.SplitSeq(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))

@@ -29,6 +29,13 @@ func report(w io.Writer, o options, rs []sizeResult) {
 		"Service; latency = watch event − start of %s, which flips the pod's Ready and ContainersReady conditions. The two alternate "+
 		"sample by sample on one API server; %d samples per path, size and round (half down, half up). Host: %s, %d CPUs, %s.\n\n",
 		agentNode, pods, kcmNode, builtinWriteText(o.builtinWrite), o.samples, hostname(), runtime.NumCPU(), runtime.Version())
+	if o.policies != "" {
+		p("Admission: the chart's ValidatingAdmissionPolicies for the agent's writes (slices, Lease) are installed and the agent acts as its service account on %s, "+
+			"so that every slice write of the agent pays the CEL of the agent's slice policy as in a cluster (the built-in "+
+			"controller's writes match no policy, as in a cluster).\n\n", agentNode)
+	} else {
+		p("Admission: no admission policy installed (`POLICIES=0`): the agent's slice writes skip the CEL they pay in a cluster.\n\n")
+	}
 	p("| endpoints | round | load (1/5/15 min) | agent p50 | agent p99 | built-in p50 | built-in p99 | agent / built-in p50 | agent / built-in p99 |\n")
 	p("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, r := range rs {

@@ -11,6 +11,11 @@
 #   bench/publish/run.sh                          # SIZES=100,1000 SAMPLES=100 ROUNDS=3
 #   SIZES=100 SAMPLES=20 ROUNDS=1 bench/publish/run.sh
 #   AGENT=/path/to/agent bench/publish/run.sh     # an agent built elsewhere
+#   POLICIES=0 bench/publish/run.sh               # without the chart's admission policies (the runs before 2026-12-04)
+#
+# By default the chart's ValidatingAdmissionPolicies are installed (rendered with the default
+# settings by tests/internal/cmd/renderchart) and the agent acts as its service account on its
+# node, so that its slice writes pay the CEL they pay in a cluster.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 if [[ $(id -u) -ne 0 ]]; then
@@ -22,6 +27,11 @@ trap 'rm -rf "$tmp"' EXIT
 agent="${AGENT:-$tmp/agent}"
 [[ -n ${AGENT:-} ]] || (cd "$root" && go build -o "$agent" ./images/agent/cmd/agent)
 (cd "$root/bench/publish" && GOWORK=off go build -o "$tmp/publish" .)
+policies=()
+if [[ ${POLICIES:-1} != 0 ]]; then
+	(cd "$root" && go run ./tests/internal/cmd/renderchart -kinds ValidatingAdmissionPolicy,ValidatingAdmissionPolicyBinding) >"$tmp/policies.yaml"
+	policies=(-policies "$tmp/policies.yaml")
+fi
 # The cluster harness finds go.work (and the tool binaries) from the working directory.
 cd "$root/bench/publish"
-"$tmp/publish" -agent "$agent" -sizes "${SIZES:-100,1000}" -samples "${SAMPLES:-100}" -rounds "${ROUNDS:-3}" ${PUBLISH_ARGS:-}
+"$tmp/publish" -agent "$agent" -sizes "${SIZES:-100,1000}" -samples "${SAMPLES:-100}" -rounds "${ROUNDS:-3}" "${policies[@]}" ${PUBLISH_ARGS:-}
