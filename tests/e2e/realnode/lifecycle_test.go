@@ -36,6 +36,7 @@ func TestRealNodeGracefulTerminationWithPreStop(t *testing.T) {
 	waitProgrammed(t, c, ns+"/web", 80, endpoints(pods, 8080))
 
 	loop := c.Traffic(t, cluster.TrafficOptions{Service: ns + "/web", Port: 80, Duration: 5 * time.Minute})
+	recordTimeline(t, c, ns, "web", 80, loop)
 	tm.WaitRequestsAfter(t, loop, time.Now(), tm.MinInWindow)
 	from := time.Now()
 	gone := pods[0]
@@ -112,6 +113,7 @@ func TestRealNodeKubeletStopped(t *testing.T) {
 	require.NoError(t, err)
 
 	loop := c.Traffic(t, cluster.TrafficOptions{Service: ns + "/web", Port: 80, Duration: 5 * time.Minute})
+	recordTimeline(t, c, ns, "web", 80, loop)
 	tm.WaitRequestsAfter(t, loop, time.Now(), tm.MinInWindow)
 	from := time.Now()
 	require.NoError(t, node.StopKubelet())
@@ -145,6 +147,7 @@ func TestRealNodePodRecreatedOnAnotherNode(t *testing.T) {
 	waitProgrammed(t, c, ns+"/web", 80, endpoints(old, 8080))
 
 	loop := c.Traffic(t, cluster.TrafficOptions{Service: ns + "/web", Port: 80, Duration: 5 * time.Minute})
+	recordTimeline(t, c, ns, "web", 80, loop)
 	tm.WaitRequestsAfter(t, loop, time.Now(), tm.MinInWindow)
 	from := time.Now()
 	d := deployment(ns, "2")
