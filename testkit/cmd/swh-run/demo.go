@@ -80,9 +80,9 @@ type demo struct {
 	c      *cluster.Cluster
 	start  time.Time
 
-	vm         *cluster.Pod
-	web, smtp  *cluster.Server
-	dualPods   []*cluster.Pod
+	vm        *cluster.Pod
+	web, smtp *cluster.Server
+	dualPods  []*cluster.Pod
 	// grpcPods and grpcServers are the gRPC example's pods and their health servers (grpc.go).
 	grpcPods    []*cluster.Pod
 	grpcServers []*grpchealth.Server
@@ -91,9 +91,9 @@ type demo struct {
 	mysqlPods    [2]*cluster.Pod
 	mysql        [2]*mariadb.Server
 	mysqlPrimary int
-	dbPods     [2]*cluster.Pod
-	pg         [2]*postgres.Server
-	kubeconfig string
+	dbPods       [2]*cluster.Pod
+	pg           [2]*postgres.Server
+	kubeconfig   string
 
 	mu       sync.Mutex
 	primary  int // index into pg of the primary

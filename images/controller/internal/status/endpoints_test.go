@@ -128,7 +128,7 @@ func TestComputeEndpoints(t *testing.T) {
 				// An IPv4-only pod is in the IPv4 slice alone, and counts like the others.
 				slFamily("web", "n2", discoveryv1.AddressTypeIPv4, podEp("web-2", "10.0.0.3", yes)),
 			},
-			synced:  synced,
+			synced: synced,
 			ports: []v1alpha1.PortStatus{{Name: "web", Port: 80, ReadyEndpoints: 2, TotalEndpoints: 3,
 				NotReady: []v1alpha1.NotReadyPod{{Pod: "web-1", Node: "n1"}}}},
 			summary: "web 2/3", available: metav1.ConditionTrue, ready: metav1.ConditionTrue, reason: ReasonReady,
