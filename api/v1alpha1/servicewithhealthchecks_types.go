@@ -280,7 +280,49 @@ type PortStatus struct {
 	ReadyEndpoints int32 `json:"readyEndpoints"`
 	// TotalEndpoints is the number of endpoints published, ready or not.
 	TotalEndpoints int32 `json:"totalEndpoints"`
+	// NotReady lists the pods published on this port but out of its traffic (not ready:
+	// failing probes, drained, terminating or withdrawn), the first ten by pod name, each with
+	// the reason the agent gave. It changes only when the set of pods out
+	// changes, never at steady state (docs/CR.md, "Which pods are out, and why").
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	NotReady []NotReadyPod `json:"notReady,omitempty"`
+	// NotReadyOmitted counts the pods out of this port that NotReady does not list:
+	// len(notReady) + notReadyOmitted = totalEndpoints - readyEndpoints.
+	// +optional
+	NotReadyOmitted int32 `json:"notReadyOmitted,omitempty"`
 }
+
+// NotReadyPod is a pod out of a port's traffic and why.
+type NotReadyPod struct {
+	// Pod is the name of the pod (in the resource's namespace).
+	// +kubebuilder:validation:MaxLength=253
+	Pod string `json:"pod"`
+	// Node the pod runs on, as its endpoint names it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Node string `json:"node,omitempty"`
+	// Reason is why the pod is out, in the words of the agent's PortNotReady Event ("probe 0
+	// (HTTP): HTTP 503") when the pod's slice was last written (a pod of it went out or came
+	// back), not updated while the verdict stays; "drained by annotation
+	// network.deckhouse.io/drain" for a drained pod, or the controller's reason for endpoints it
+	// withdrew. At most 256 characters.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Reason string `json:"reason,omitempty"`
+}
+
+// Bounds of the not-ready list of the status.
+const (
+	// MaxNotReadyPerPort is how many pods status.ports[].notReady lists per port.
+	MaxNotReadyPerPort = 10
+	// MaxNotReadyListed is how many pods the notReady lists of all ports list together (the
+	// ports in spec order fill it), so that a resource with many ports keeps a small status.
+	MaxNotReadyListed = 100
+	// MaxNotReadyReason is the longest reason, in bytes (so at most that many characters).
+	MaxNotReadyReason = 256
+)
 
 // Condition types and reasons.
 const (

@@ -5,7 +5,9 @@ package cluster
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -15,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/deckhouse/service-with-healthchecks/api/notready"
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 )
@@ -300,3 +303,49 @@ func TestLegacySliceNoAgentMayChangeIsLeftToTheControllersAudit(t *testing.T) {
 	// With the legacy slice gone, the agent's own slice for the port is admitted.
 	require.NoError(t, a.Create(t.Context(), ourSlice(tenant, "audited", nodeA, nodeA)), "the agent creates its own slice in its place")
 }
+
+// TestNotReadyNoteOverItsBoundIsRefused runs as node-a's agent under the chart's policies: the
+// note of why endpoints are out (api/notready) is admitted up to its bound, in characters, and a
+// longer one is refused with a message that names the bound; a slice may also drop its note.
+func TestNotReadyNoteOverItsBoundIsRefused(t *testing.T) {
+	enforcePolicies(t)
+	tenant := env.CreateNamespaceForTest(t, "tenant")
+	a := podClient(t, "agent", nodeA)
+	withNote := func(name string, size int) *discoveryv1.EndpointSlice {
+		s := ourSlice(tenant, name, nodeA, nodeA)
+		s.Annotations[notready.Annotation] = `{"` + name + `-0":"` + strings.Repeat("é", size-len(`{"`+name+`-0":""}`)) + `"}`
+		require.Equal(t, size, utf8.RuneCountInString(s.Annotations[notready.Annotation]))
+		return s
+	}
+	runWrites(t, a, map[string]writeCase{
+		"an honest note is admitted, changed and removed": {do: func(ctx context.Context, c client.Client) error {
+			s := ourSlice(tenant, "noted", nodeA, nodeA)
+			s.Endpoints[0].Conditions.Ready = ptr.To(false)
+			s.Annotations[notready.Annotation] = notready.Encode(map[string]string{"noted-0": "probe 0 (HTTP): HTTP status 503"})
+			if err := c.Create(ctx, s); err != nil {
+				return err
+			}
+			s.Annotations[notready.Annotation] = notready.Encode(map[string]string{"noted-0": "probe 0 (HTTP): connection refused"})
+			if err := c.Update(ctx, s); err != nil {
+				return err
+			}
+			delete(s.Annotations, notready.Annotation)
+			s.Endpoints[0].Conditions.Ready = ptr.To(true)
+			return c.Update(ctx, s)
+		}},
+		"a note of exactly the bound is admitted": {do: func(ctx context.Context, c client.Client) error {
+			return c.Create(ctx, withNote("edge", notready.MaxAnnotationBytes), client.DryRunAll)
+		}},
+		"a note over the bound is refused": {refusal: refusedNoteSize, do: func(ctx context.Context, c client.Client) error {
+			return c.Create(ctx, withNote("big", notready.MaxAnnotationBytes+1), client.DryRunAll)
+		}},
+		"growing a note over the bound is refused": {refusal: refusedNoteSize, do: func(ctx context.Context, c client.Client) error {
+			s := created(t, ourSlice(tenant, "grows", nodeA, nodeA))
+			s.Annotations[notready.Annotation] = withNote("grows", notready.MaxAnnotationBytes+1).Annotations[notready.Annotation]
+			return c.Update(ctx, s)
+		}},
+	})
+}
+
+// refusedNoteSize is the agent's slice policy's message for a note over its bound.
+const refusedNoteSize = "the network.deckhouse.io/not-ready-reasons annotation of an EndpointSlice the agent writes may be at most 16384 characters, not 16385"

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/deckhouse/service-with-healthchecks/testkit/grpchealth"
 )
 
 // ctlTimeout bounds one control command (a promotion or a rolling restart takes seconds).
@@ -51,6 +53,15 @@ var commands = map[string]command{
 	"heal-web": {help: "make the HTTP server of vm-0 answer 200 again", run: func(_ context.Context, d *demo, _ string) (string, error) {
 		d.web.SetHTTPStatus(200)
 		return "HTTP server of vm-0 answers 200", nil
+	}},
+	"grpc-not-serving": {help: "make the gRPC health of orders-0 answer NOT_SERVING for shop.orders.v1.Orders: orders-0 leaves grpc, stays in rest", run: func(_ context.Context, d *demo, _ string) (string, error) {
+		return d.setGRPC(grpchealth.NotServing)
+	}},
+	"grpc-serving": {help: "make the gRPC health of orders-0 answer SERVING again", run: func(_ context.Context, d *demo, _ string) (string, error) {
+		return d.setGRPC(grpchealth.Serving)
+	}},
+	"mysql-failover": {help: "swap the MariaDB roles: the replica becomes the writable primary, the old primary its read_only replica: mysql-db-write follows", run: func(ctx context.Context, d *demo, _ string) (string, error) {
+		return d.mysqlFailover(ctx)
 	}},
 	"promote": {help: "promote the replica (db-1) and stop the old primary (db-0): db-write follows, db-read keeps db-1 only", run: func(ctx context.Context, d *demo, _ string) (string, error) { return d.promote(ctx) }},
 	"stop-agent": {args: "NODE", help: "stop the agent of NODE (SIGTERM): after the grace the controller withdraws the node's endpoints", run: func(ctx context.Context, d *demo, node string) (string, error) {
@@ -90,7 +101,7 @@ func helpText() string {
 	var b strings.Builder
 	b.WriteString("commands (make run-ctl ARGS=\"COMMAND [NODE]\", or go run ./testkit/cmd/swh-run ctl COMMAND [NODE]):\n")
 	// A fixed, readable order (TestHelpListsEveryCommand checks that none is missing).
-	order := []string{"stop-smtp", "start-smtp", "wedge-smtp", "unwedge-smtp", "fail-web", "heal-web", "promote", "stop-agent", "start-agent", "restart-agent", "roll-agents", "delete-node", "restart-leader", "kubeconfig", "ping"}
+	order := []string{"stop-smtp", "start-smtp", "wedge-smtp", "unwedge-smtp", "fail-web", "heal-web", "grpc-not-serving", "grpc-serving", "mysql-failover", "promote", "stop-agent", "start-agent", "restart-agent", "roll-agents", "delete-node", "restart-leader", "kubeconfig", "ping"}
 	for _, n := range order {
 		c := commands[n]
 		fmt.Fprintf(&b, "  %-26s %s\n", strings.TrimSpace(n+" "+c.args), c.help)

@@ -23,6 +23,8 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
+	"github.com/deckhouse/service-with-healthchecks/testkit/grpchealth"
+	"github.com/deckhouse/service-with-healthchecks/testkit/mariadb"
 	"github.com/deckhouse/service-with-healthchecks/testkit/postgres"
 	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
 )
@@ -81,12 +83,20 @@ type demo struct {
 	c      *cluster.Cluster
 	start  time.Time
 
-	vm         *cluster.Pod
-	web, smtp  *cluster.Server
-	dualPods   []*cluster.Pod
-	dbPods     [2]*cluster.Pod
-	pg         [2]*postgres.Server
-	kubeconfig string
+	vm        *cluster.Pod
+	web, smtp *cluster.Server
+	dualPods  []*cluster.Pod
+	// grpcPods and grpcServers are the gRPC example's pods and their health servers (grpc.go).
+	grpcPods    []*cluster.Pod
+	grpcServers []*grpchealth.Server
+	// mysqlPods and mysql are the MySQL example's pods and MariaDB servers (mysql.go); under mu,
+	// mysqlPrimary is the index of the writable one.
+	mysqlPods    [2]*cluster.Pod
+	mysql        [2]*mariadb.Server
+	mysqlPrimary int
+	dbPods       [2]*cluster.Pod
+	pg           [2]*postgres.Server
+	kubeconfig   string
 
 	mu       sync.Mutex
 	primary  int // index into pg of the primary
@@ -215,12 +225,19 @@ func (d *demo) up(ctx context.Context) error {
 	if err := d.startPostgres(ctx); err != nil {
 		return err
 	}
-	files := exampleFiles
+	if err := d.startMySQL(ctx); err != nil {
+		return err
+	}
+	if err := d.addGRPCPods(ctx); err != nil {
+		return err
+	}
+	files := append(slices.Clone(exampleFiles), mysqlFiles...)
+	files = append(files, grpcFile)
 	if d.cfg.DualStack {
 		if err := d.addDualStackPods(ctx); err != nil {
 			return err
 		}
-		files = append(slices.Clone(files), dualStackFile)
+		files = append(files, dualStackFile)
 	}
 	for _, f := range files {
 		if err := s.ApplyFile(ctx, demoNamespace, f); err != nil {
@@ -233,6 +250,9 @@ func (d *demo) up(ctx context.Context) error {
 		d.newLoop("db-write", pgPort, protoPGWrite),
 		d.newLoop("smtp", 25, protoSMTP),
 		d.newLoop("web", 80, protoHTTP),
+		d.newLoop("mysql-db-read", mysqlPort, protoMySQL),
+		d.newLoop("mysql-db-write", mysqlPort, protoMySQL),
+		d.newLoop(grpcResource, grpcPort, protoGRPC),
 	}
 	if d.cfg.DualStack {
 		v4, v6 := d.newLoop(dualStackResource, 80, protoHTTP), d.newLoop(dualStackResource, 80, protoHTTP)
@@ -378,6 +398,16 @@ func (d *demo) podOfIP(ip string) string {
 // kube-proxy, nodes, control plane), then the run folder.
 func (d *demo) cleanup() error {
 	var errs []error
+	for _, srv := range d.grpcServers {
+		srv.Stop()
+	}
+	for _, srv := range d.mysql {
+		if srv != nil {
+			if err := srv.Remove(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	for _, srv := range d.pg {
 		if srv != nil {
 			if err := srv.Remove(); err != nil {

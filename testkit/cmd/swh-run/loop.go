@@ -23,6 +23,8 @@ const (
 	protoSMTP    = "smtp"
 	protoPGRead  = "postgres read"
 	protoPGWrite = "postgres write"
+	protoGRPC    = "grpc"
+	protoMySQL   = "mysql"
 )
 
 // Pacing of the loops: one request per interval, each on a new connection.
@@ -74,6 +76,8 @@ func (l *loop) run(ctx context.Context) {
 		switch l.proto {
 		case protoPGRead, protoPGWrite:
 			l.runPG(ctx)
+		case protoGRPC:
+			l.runGRPC(ctx)
 		default:
 			l.runChunk(ctx)
 		}
@@ -83,13 +87,21 @@ func (l *loop) run(ctx context.Context) {
 // runChunk runs one second of the harness's traffic client (HTTP or SMTP).
 func (l *loop) runChunk(ctx context.Context) {
 	proto := cluster.HTTP
-	if l.proto == protoSMTP {
+	var login *cluster.MySQLLogin
+	switch l.proto {
+	case protoSMTP:
 		proto = cluster.SMTP
+	case protoMySQL:
+		// SELECT @@report_host on a new connection: the answer names the pod.
+		proto, login = cluster.MySQL, &cluster.MySQLLogin{User: mysqlApp, Password: mysqlAppPassword}
 	}
 	start := time.Now()
 	opts := cluster.TrafficOptions{
-		Service: demoNamespace + "/" + l.service, Port: l.port, Protocol: proto,
-		Interval: loopInterval, Duration: chunk, Timeout: loopTimeout,
+		Service: demoNamespace + "/" + l.service, Port: l.port, Protocol: proto, MySQL: login,
+		Interval: pgInterval, Duration: chunk, Timeout: loopTimeout,
+	}
+	if proto != cluster.MySQL {
+		opts.Interval = loopInterval
 	}
 	var err error
 	if l.family != "" {

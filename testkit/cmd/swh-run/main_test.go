@@ -87,7 +87,8 @@ func TestTheDemoComesUpAndReactsToAControlCommand(t *testing.T) {
 
 	waitFor(4*time.Minute, func(v *View) bool { return v.Ready }, "every resource publishes its pods and the traffic is OK")
 	v := latest.Load()
-	wantIn := map[string][]string{"db-read": {"db-0", "db-1"}, "db-write": {"db-0"}, "smtp": {"vm-0"}, "web": {"vm-0"}}
+	wantIn := map[string][]string{"db-read": {"db-0", "db-1"}, "db-write": {"db-0"}, "smtp": {"vm-0"}, "web": {"vm-0"},
+		"mysql-db-read": {"mysql-0", "mysql-1"}, "mysql-db-write": {"mysql-0"}}
 	for name, pods := range wantIn {
 		require.Contains(t, v.Resources, name)
 		r := v.Resources[name]
@@ -156,6 +157,38 @@ func TestTheDemoComesUpAndReactsToAControlCommand(t *testing.T) {
 		return !smtp.In && strings.Contains(smtp.Why, "connection refused") && web.In &&
 			strings.Contains(v.Text, "OUT vm-0") && strings.Contains(v.Text, "stop-smtp: SMTP server of vm-0 stopped")
 	}, "vm-0 leaves smtp with the probe's reason and stays in web")
+
+	// gRPC: orders-0's health answers NOT_SERVING for the probed service; it leaves grpc with the
+	// probe's reason from the resource's status and stays in rest, and comes back on SERVING.
+	orders := v.Resources[grpcResource]
+	require.NotNil(t, orders)
+	require.Len(t, orders.Ports, 2)
+	for _, p := range orders.Ports {
+		assert.Equal(t, 2, p.Ready, "both orders pods are in %s", p.Name)
+	}
+	assert.Positive(t, v.Traffic[grpcResource].OK, "gRPC traffic through orders")
+	assert.Len(t, v.Traffic[grpcResource].ByPod, 2, "both orders pods answered gRPC")
+	reply.Reset()
+	require.NoError(t, runCtl(sock, []string{"grpc-not-serving"}, &reply))
+	assert.Equal(t, "gRPC health of orders-0 answers NOT_SERVING for shop.orders.v1.Orders\n", reply.String())
+	waitFor(time.Minute, func(v *View) bool {
+		grpcPort, rest := v.Resources[grpcResource].Ports[0], v.Resources[grpcResource].Ports[1]
+		return !grpcPort.Pods[0].In && strings.Contains(grpcPort.Pods[0].Why, `gRPC NOT_SERVING (service "shop.orders.v1.Orders")`) &&
+			grpcPort.Pods[1].In && rest.Ready == 2
+	}, "orders-0 leaves grpc with the status's reason and stays in rest")
+	reply.Reset()
+	require.NoError(t, runCtl(sock, []string{"grpc-serving"}, &reply))
+	waitFor(time.Minute, func(v *View) bool { return v.Resources[grpcResource].Ports[0].Ready == 2 }, "orders-0 is back in grpc once SERVING")
+
+	// MySQL: a failover moves mysql-db-write to mysql-1; the view says why mysql-0 is out.
+	reply.Reset()
+	require.NoError(t, runCtl(sock, []string{"mysql-failover"}, &reply))
+	assert.Equal(t, "mysql-1 is the primary (writable); mysql-0 replicates from it (read_only=1)\n", reply.String())
+	waitFor(time.Minute, func(v *View) bool {
+		w := v.Resources["mysql-db-write"].Ports[0]
+		return !w.Pods[0].In && strings.Contains(w.Pods[0].Why, "query returned false") && w.Pods[1].In &&
+			v.Resources["mysql-db-read"].Ports[0].Ready == 2
+	}, "mysql-db-write follows the failover to mysql-1, mysql-db-read keeps both")
 
 	err = runCtl(sock, []string{"stop-agent"}, io.Discard)
 	require.EqualError(t, err, "stop-agent needs NODE")

@@ -19,7 +19,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,12 +26,6 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
-)
-
-// Event reasons the agent records on probe transitions (images/agent/internal/agent).
-const (
-	reasonPortReady    = "PortReady"
-	reasonPortNotReady = "PortNotReady"
 )
 
 // View is one rendering of the demo: the model and its text.
@@ -153,7 +146,7 @@ func isTerminal(w any) bool {
 	return err == nil
 }
 
-// watch signals changes of the demo's resources, slices, Events and the agents' Leases.
+// watch signals changes of the demo's resources, slices and the agents' Leases.
 func (d *demo) watch(ctx context.Context, changes chan<- struct{}) {
 	wc, err := client.NewWithWatch(d.c.Env.Config, client.Options{Scheme: d.c.Env.Scheme})
 	if err != nil {
@@ -166,7 +159,6 @@ func (d *demo) watch(ctx context.Context, changes chan<- struct{}) {
 	}{
 		{&v1alpha1.ServiceWithHealthchecksList{}, demoNamespace},
 		{&discoveryv1.EndpointSliceList{}, demoNamespace},
-		{&eventsv1.EventList{}, demoNamespace},
 		{&coordinationv1.LeaseList{}, stack.Namespace},
 		{&corev1.NodeList{}, ""},
 	}
@@ -217,7 +209,6 @@ func (d *demo) render(ctx context.Context) *View {
 		slcs   discoveryv1.EndpointSliceList
 		pods   corev1.PodList
 		svcs   corev1.ServiceList
-		events eventsv1.EventList
 		leases coordinationv1.LeaseList
 		nodes  corev1.NodeList
 	)
@@ -226,7 +217,6 @@ func (d *demo) render(ctx context.Context) *View {
 		cl.List(ctx, &slcs, client.InNamespace(demoNamespace), client.MatchingLabels{discoveryv1.LabelManagedBy: wellknown.ManagedBy}),
 		cl.List(ctx, &pods, client.InNamespace(demoNamespace)),
 		cl.List(ctx, &svcs, client.InNamespace(demoNamespace)),
-		cl.List(ctx, &events, client.InNamespace(demoNamespace)),
 		cl.List(ctx, &leases, client.InNamespace(stack.Namespace)),
 		cl.List(ctx, &nodes),
 	}
@@ -245,7 +235,7 @@ func (d *demo) render(ctx context.Context) *View {
 	}
 	ready := len(swhs.Items) == len(services)
 	for i := range swhs.Items {
-		r := d.resourceView(&swhs.Items[i], slcs.Items, pods.Items, events.Items, nodes.Items)
+		r := d.resourceView(&swhs.Items[i], slcs.Items, pods.Items, nodes.Items)
 		for _, svc := range svcs.Items {
 			if svc.Name == r.Name {
 				r.ClusterIPs = svc.Spec.ClusterIPs
@@ -320,9 +310,10 @@ func (d *demo) renderCluster(b *strings.Builder, leases []coordinationv1.Lease, 
 }
 
 // resourceView works out, per port, which selected pods are published and why the others are
-// not.
+// not: the reason of a pod out is the one the resource's status gives
+// (status.ports[].notReady, issue 29 part 5), as kubectl shows it.
 func (d *demo) resourceView(swh *v1alpha1.ServiceWithHealthchecks, slcs []discoveryv1.EndpointSlice, pods []corev1.Pod,
-	events []eventsv1.Event, nodes []corev1.Node,
+	nodes []corev1.Node,
 ) *ResourceView {
 	r := &ResourceView{Name: swh.Name, ClusterIP: swh.Status.ClusterIP, Ready: "Unknown"}
 	if c := meta.FindStatusCondition(swh.Status.Conditions, "Ready"); c != nil {
@@ -341,6 +332,7 @@ func (d *demo) resourceView(swh *v1alpha1.ServiceWithHealthchecks, slcs []discov
 		if pv.Name == "" {
 			pv.Name = strconv.Itoa(int(p.Port))
 		}
+		listed, omitted := statusReasons(swh, p.Name)
 		for _, pod := range pods {
 			if len(swh.Spec.Selector) == 0 || !sel.Matches(labels.Set(pod.Labels)) {
 				continue
@@ -368,7 +360,7 @@ func (d *demo) resourceView(swh *v1alpha1.ServiceWithHealthchecks, slcs []discov
 				st.Endpoint = strings.Join(published, ", ")
 				st.Serving = ep.Conditions.Serving == nil || *ep.Conditions.Serving
 			}
-			reason, readyEvent := lastEvent(events, swh.Name, pod.Name, pv.Name)
+			reason, inStatus := listed[pod.Name]
 			agentUp := d.s.AgentPID(pod.Spec.NodeName) != 0
 			switch {
 			case st.In:
@@ -377,13 +369,14 @@ func (d *demo) resourceView(swh *v1alpha1.ServiceWithHealthchecks, slcs []discov
 				st.Why = "node " + pod.Spec.NodeName + " deleted: its slices are removed"
 			case found && !st.Serving && !agentUp:
 				st.Why = "withdrawn by the controller: the agent of " + pod.Spec.NodeName + " is gone"
-			case found && drainedWhy(&pod, swh.Name, pv.Name) != "":
-				st.Why = drainedWhy(&pod, swh.Name, pv.Name)
-				if !st.Serving && reason != "" && !readyEvent {
-					st.Why += "; " + reason
-				}
-			case reason != "" && !readyEvent:
+			case found && inStatus && reason != "":
 				st.Why = reason
+			case found && inStatus:
+				st.Why = "out (the status gives no reason: its slice was written before reasons were)"
+			case found && omitted > 0:
+				st.Why = fmt.Sprintf("out (the status lists the first %d pods out by name)", v1alpha1.MaxNotReadyPerPort)
+			case found && drainedWhy(&pod, swh.Name, pv.Name) != "":
+				st.Why = drainedWhy(&pod, swh.Name, pv.Name) + " (the status does not list it yet)"
 			case !found && !agentUp:
 				st.Why = "not published: the agent of " + pod.Spec.NodeName + " is not running"
 			case !found:
@@ -438,32 +431,20 @@ func findEndpoint(slcs []discoveryv1.EndpointSlice, resource, port, ip string) (
 	return discoveryv1.Endpoint{}, 0, false
 }
 
-// lastEvent is the newest probe transition Event of the pod's port ("pod db-1, port postgres:
-// query returned false"): its reason text, and whether it was PortReady.
-func lastEvent(events []eventsv1.Event, resource, pod, port string) (string, bool) {
-	prefix := "pod " + pod + ", port " + port + ": "
-	var best *eventsv1.Event
-	var bestAt time.Time
-	for i := range events {
-		e := &events[i]
-		if e.Regarding.Name != resource || (e.Reason != reasonPortReady && e.Reason != reasonPortNotReady) || !strings.HasPrefix(e.Note, prefix) {
+// statusReasons are the pods the resource's status lists out of port (by name, with their
+// reasons), and how many more are out.
+func statusReasons(swh *v1alpha1.ServiceWithHealthchecks, port string) (map[string]string, int32) {
+	for _, ps := range swh.Status.Ports {
+		if ps.Name != port {
 			continue
 		}
-		at := e.EventTime.Time
-		if e.Series != nil && e.Series.LastObservedTime.After(at) {
-			at = e.Series.LastObservedTime.Time
+		out := make(map[string]string, len(ps.NotReady))
+		for _, e := range ps.NotReady {
+			out[e.Pod] = e.Reason
 		}
-		if e.DeprecatedLastTimestamp.After(at) {
-			at = e.DeprecatedLastTimestamp.Time
-		}
-		if best == nil || !at.Before(bestAt) {
-			best, bestAt = e, at
-		}
+		return out, ps.NotReadyOmitted
 	}
-	if best == nil {
-		return "", false
-	}
-	return strings.TrimPrefix(best.Note, prefix) + " (" + time.Since(bestAt).Truncate(time.Second).String() + " ago)", best.Reason == reasonPortReady
+	return nil, 0
 }
 
 func writeResource(b *strings.Builder, r *ResourceView, sums []Summary) {
@@ -512,7 +493,7 @@ func writeResource(b *strings.Builder, r *ResourceView, sums []Summary) {
 func resourceReady(r *ResourceView, sums []Summary) bool {
 	for _, p := range r.Ports {
 		want := len(p.Pods)
-		if r.Name == "db-write" {
+		if r.Name == "db-write" || r.Name == "mysql-db-write" {
 			want = 1
 		}
 		if want == 0 || p.Ready != want {

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/deckhouse/service-with-healthchecks/api/notready"
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/portrule"
@@ -35,12 +36,24 @@ func Compute(in Input) []Desired {
 	// The groups with room for all their candidates: an append per endpoint into growing
 	// groups copied a 1,000-endpoint slice's endpoints several times.
 	groups := make(map[groupKey][]discoveryv1.Endpoint, len(users))
+	// The reasons of the not-ready pods of each slice, by pod name (notready.Annotation): built
+	// only for slices with a pod out.
+	var reasons map[groupKey]map[string]string
 	for _, c := range cands {
 		g, ok := groups[c.gk]
 		if !ok {
 			g = make([]discoveryv1.Endpoint, 0, users[c.gk])
 		}
 		groups[c.gk] = append(g, shared.endpoint(parts[c.pod], c.ip, c.ready, c.serving, c.terminating))
+		if !c.ready {
+			if reasons == nil {
+				reasons = map[groupKey]map[string]string{}
+			}
+			if reasons[c.gk] == nil {
+				reasons[c.gk] = map[string]string{}
+			}
+			reasons[c.gk][in.Pods[c.pod].Pod.Name] = c.reason
+		}
 	}
 	primary := primaryNumbers(in, users)
 
@@ -54,7 +67,11 @@ func Compute(in Input) []Desired {
 		if primary[portFamily{gk.port, gk.family}] != gk.number {
 			key.SplitPort = gk.number
 		}
-		out = append(out, Desired{Key: key, Slice: newSlice(in, key, gk.family, sp, gk.number, eps)})
+		sl := newSlice(in, key, gk.family, sp, gk.number, eps)
+		if note := notready.Encode(reasons[gk]); note != "" {
+			sl.Annotations[notready.Annotation] = note
+		}
+		out = append(out, Desired{Key: key, Slice: sl})
 	}
 	slices.SortFunc(out, func(a, b Desired) int { return cmp.Compare(a.Slice.Name, b.Slice.Name) })
 	return out
@@ -67,6 +84,8 @@ type candidate struct {
 	pod                         int
 	ip                          int
 	ready, serving, terminating bool
+	// reason is why a not-ready endpoint is out (outReason), "" for a ready one.
+	reason string
 }
 
 // candidates are the endpoints Compute publishes, with the conditions they are published
@@ -84,6 +103,15 @@ func candidates(in Input, shared *sharedParts, parts []podParts) ([]candidate, m
 		}
 		c, ok := carried[k]
 		return c, ok
+	}
+	// The reasons the existing slices' notes carry, indexed as the conditions are: only an
+	// undecided endpoint carried out asks for one.
+	var carriedWhy map[reasonKey]string
+	carriedReasonOf := func(k reasonKey) string {
+		if carriedWhy == nil {
+			carriedWhy = carriedReasons(in.Existing)
+		}
+		return carriedWhy[k]
 	}
 	families := Families(in.Resource)
 	cands := make([]candidate, 0, len(in.Pods)*max(1, len(in.Resource.Spec.Ports)))
@@ -104,6 +132,7 @@ func candidates(in Input, shared *sharedParts, parts []podParts) ([]candidate, m
 				gk := groupKey{port: ep.PortIndex, family: family, number: ep.TargetPort}
 				users[gk]++
 				ready, serving, terminating := ep.Ready, ep.Serving, ep.Terminating
+				reason := ep.Reason
 				if !ep.Decided {
 					c, published := carriedOf(carryKey{portName, p.Pod.UID, ip})
 					if !published && !ep.PublishNotReady {
@@ -114,10 +143,19 @@ func candidates(in Input, shared *sharedParts, parts []podParts) ([]candidate, m
 						continue
 					}
 					ready, serving, terminating = portrule.Conditions(published && c.Serving != nil && *c.Serving, ep.Terminating, ep.PublishNotReady)
+					reason = ""
+					if !ready {
+						// Out as an earlier agent published it: why, as that agent said.
+						reason = carriedReasonOf(reasonKey{portName, p.Pod.Name})
+					}
 				}
 				// Rule 8: a drained pod takes no new connection, whatever its verdict.
 				ready = ready && !ep.Drained
-				cands = append(cands, candidate{gk: gk, pod: pi, ip: i, ready: ready, serving: serving, terminating: terminating})
+				cand := candidate{gk: gk, pod: pi, ip: i, ready: ready, serving: serving, terminating: terminating}
+				if !ready {
+					cand.reason = outReason(reason, serving, terminating, ep.Drained)
+				}
+				cands = append(cands, cand)
 			}
 		}
 	}
@@ -197,6 +235,43 @@ func portOf(swh *v1alpha1.ServiceWithHealthchecks, index int) v1alpha1.ServicePo
 		return v1alpha1.ServicePort{}
 	}
 	return swh.Spec.Ports[index]
+}
+
+// reasonKey finds the reason of a pod on a port in the existing slices' notes.
+type reasonKey struct {
+	port, pod string
+}
+
+// carriedReasons indexes the reasons of the existing slices' notes (notready.Annotation) by
+// port and pod name; a note the agent cannot read carries nothing.
+func carriedReasons(existing []*discoveryv1.EndpointSlice) map[reasonKey]string {
+	out := map[reasonKey]string{}
+	for _, s := range existing {
+		note, err := notready.Parse(s.Annotations[notready.Annotation])
+		if err != nil {
+			continue
+		}
+		port, _ := slicemeta.PortOf(s)
+		for pod, why := range note {
+			out[reasonKey{port, pod}] = why
+		}
+	}
+	return out
+}
+
+// outReason is why a not-ready endpoint is out, for the slice's note: the verdict's reason
+// (the words of the agent's PortNotReady Event), with the drain named when the pod is drained;
+// a terminating pod that passes its probes is out because it terminates.
+func outReason(reason string, serving, terminating, drained bool) string {
+	switch {
+	case drained && reason != "" && !serving:
+		return reason + "; " + portrule.ReasonDrained
+	case drained:
+		return portrule.ReasonDrained
+	case reason == "" && terminating:
+		return "pod is terminating"
+	}
+	return reason
 }
 
 // carriedConditions indexes the conditions of the existing slices' endpoints by port, pod and

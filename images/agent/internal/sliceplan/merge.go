@@ -13,12 +13,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/deckhouse/service-with-healthchecks/api/notready"
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 )
 
 // Merge returns a copy of cur with the content of want, and whether anything differs.
 // Labels and annotations of others are kept; ours are set.
+//
+// The note of why endpoints are out (notready.Annotation) is written with the content, never
+// alone: whether anything differs is decided without it, so a reason whose text changes while
+// the verdict stays (a timeout that becomes a refused connection) writes nothing. When the
+// slice is written for another difference, the note is want's (removed when want has none).
 func Merge(cur, want *discoveryv1.EndpointSlice) (*discoveryv1.EndpointSlice, bool) {
 	// Compare before copying: in steady state nothing differs and nothing is allocated.
 	if !differs(cur, want) {
@@ -40,6 +46,9 @@ func Merge(cur, want *discoveryv1.EndpointSlice) (*discoveryv1.EndpointSlice, bo
 		u.Annotations = map[string]string{}
 	}
 	maps.Copy(u.Annotations, want.Annotations)
+	if _, ok := want.Annotations[notready.Annotation]; !ok {
+		delete(u.Annotations, notready.Annotation)
+	}
 	if refs, changed := ownerRefs(u.OwnerReferences, want.OwnerReferences[0]); changed {
 		u.OwnerReferences = refs
 	}
@@ -60,6 +69,9 @@ func differs(cur, want *discoveryv1.EndpointSlice) bool {
 		}
 	}
 	for k, v := range want.Annotations {
+		if k == notready.Annotation {
+			continue
+		}
 		if old, ok := cur.Annotations[k]; !ok || old != v {
 			return true
 		}

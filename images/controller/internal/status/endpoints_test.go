@@ -93,8 +93,9 @@ func TestComputeEndpoints(t *testing.T) {
 			},
 			synced: synced,
 			ports: []v1alpha1.PortStatus{
-				{Name: "web", Port: 80, ReadyEndpoints: 2, TotalEndpoints: 3},
-				{Name: "smtp", Port: 25, ReadyEndpoints: 1, TotalEndpoints: 3},
+				// Endpoints that name no pod are counted out, not listed.
+				{Name: "web", Port: 80, ReadyEndpoints: 2, TotalEndpoints: 3, NotReadyOmitted: 1},
+				{Name: "smtp", Port: 25, ReadyEndpoints: 1, TotalEndpoints: 3, NotReadyOmitted: 2},
 			},
 			summary: "web 2/3, smtp 1/3", available: metav1.ConditionTrue, ready: metav1.ConditionTrue, reason: ReasonReady,
 		},
@@ -104,7 +105,7 @@ func TestComputeEndpoints(t *testing.T) {
 				sl("", "n1", 8080, ep("10.0.0.1", nil), ep("10.0.0.2", no), ep("10.0.0.3", yes)),
 			},
 			synced:  synced,
-			ports:   []v1alpha1.PortStatus{{Port: 80, ReadyEndpoints: 2, TotalEndpoints: 3}},
+			ports:   []v1alpha1.PortStatus{{Port: 80, ReadyEndpoints: 2, TotalEndpoints: 3, NotReadyOmitted: 1}},
 			summary: "2/3", available: metav1.ConditionTrue, ready: metav1.ConditionTrue, reason: ReasonReady,
 		},
 		"an endpoint listed in two slices of a port is counted once, ready when either says so": {
@@ -116,7 +117,7 @@ func TestComputeEndpoints(t *testing.T) {
 				sl("web", "n1", 8081, ep("10.0.0.1", no)),
 			},
 			synced:  synced,
-			ports:   []v1alpha1.PortStatus{{Name: "web", Port: 80, ReadyEndpoints: 1, TotalEndpoints: 2}},
+			ports:   []v1alpha1.PortStatus{{Name: "web", Port: 80, ReadyEndpoints: 1, TotalEndpoints: 2, NotReadyOmitted: 1}},
 			summary: "web 1/2", available: metav1.ConditionTrue, ready: metav1.ConditionTrue, reason: ReasonReady,
 		},
 		"a dual-stack pod is in a slice per family and counts once": {
@@ -127,8 +128,9 @@ func TestComputeEndpoints(t *testing.T) {
 				// An IPv4-only pod is in the IPv4 slice alone, and counts like the others.
 				slFamily("web", "n2", discoveryv1.AddressTypeIPv4, podEp("web-2", "10.0.0.3", yes)),
 			},
-			synced:  synced,
-			ports:   []v1alpha1.PortStatus{{Name: "web", Port: 80, ReadyEndpoints: 2, TotalEndpoints: 3}},
+			synced: synced,
+			ports: []v1alpha1.PortStatus{{Name: "web", Port: 80, ReadyEndpoints: 2, TotalEndpoints: 3,
+				NotReady: []v1alpha1.NotReadyPod{{Pod: "web-1", Node: "n1"}}}},
 			summary: "web 2/3", available: metav1.ConditionTrue, ready: metav1.ConditionTrue, reason: ReasonReady,
 		},
 		"a port without a ready endpoint is named and makes the resource not ready": {
@@ -140,7 +142,7 @@ func TestComputeEndpoints(t *testing.T) {
 			synced: synced,
 			ports: []v1alpha1.PortStatus{
 				{Name: "web", Port: 80, ReadyEndpoints: 1, TotalEndpoints: 1},
-				{Name: "smtp", Port: 25, ReadyEndpoints: 0, TotalEndpoints: 1},
+				{Name: "smtp", Port: 25, ReadyEndpoints: 0, TotalEndpoints: 1, NotReadyOmitted: 1},
 			},
 			summary: "web 1/1, smtp 0/1", available: metav1.ConditionFalse, ready: metav1.ConditionFalse,
 			reason: ReasonNoReadyEndpoints, message: "no ready endpoint for port smtp",

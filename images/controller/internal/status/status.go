@@ -7,6 +7,7 @@
 package status
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/deckhouse/service-with-healthchecks/api/notready"
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
@@ -110,6 +112,9 @@ func Compute(o Observed) v1alpha1.ServiceWithHealthchecksStatus {
 	st.Ports = o.Ports
 	if st.Ports == nil {
 		st.Ports = Ports(o.Resource, o.Slices)
+	}
+	if o.Agents != nil {
+		st.Ports = withdrawnReasons(st.Ports, o.Agents)
 	}
 	st.ReadySummary = Summary(st.Ports)
 	available := endpointsAvailable(st.Ports, WithoutReadyIn(o.Resource, o.Slices, ServiceFamilies(o.Service)))
@@ -206,24 +211,40 @@ func podKeys(ep *discoveryv1.Endpoint, port int32) []endpointKey {
 // is in one slice per family and counts once — and is ready when any of them says it is ready
 // (an unset ready condition means ready, as kube-proxy reads it). The reconciler computes this
 // once per reconcile; the status shows it.
+//
+// The pods out of a port (not ready) are listed in NotReady (notReady, below) and counted in
+// NotReadyOmitted beyond the list.
 func Ports(swh *v1alpha1.ServiceWithHealthchecks, sliceList []discoveryv1.EndpointSlice) []v1alpha1.PortStatus {
 	if len(swh.Spec.Ports) == 0 {
 		return nil
 	}
 	out := make([]v1alpha1.PortStatus, 0, len(swh.Spec.Ports))
+	room := v1alpha1.MaxNotReadyListed
 	for _, p := range swh.Spec.Ports {
 		ready := map[endpointKey]bool{}
+		var outs map[endpointKey]*v1alpha1.NotReadyPod
 		for i := range sliceList {
 			s := &sliceList[i]
 			if port, ok := slicemeta.PortOf(s); !ok || port != p.Name {
 				continue
 			}
 			number := sliceNumber(s)
+			var note notready.Note
 			for j := range s.Endpoints {
 				ep := &s.Endpoints[j]
 				isReady := ep.Conditions.Ready == nil || *ep.Conditions.Ready
 				for _, k := range podKeys(ep, number) {
 					ready[k] = ready[k] || isReady
+					if isReady || ep.TargetRef == nil {
+						continue
+					}
+					if note == nil {
+						note = sliceNote(s)
+					}
+					if outs == nil {
+						outs = map[endpointKey]*v1alpha1.NotReadyPod{}
+					}
+					outs[k] = notReadyOf(outs[k], ep, s, note)
 				}
 			}
 		}
@@ -233,9 +254,92 @@ func Ports(swh *v1alpha1.ServiceWithHealthchecks, sliceList []discoveryv1.Endpoi
 				ps.ReadyEndpoints++
 			}
 		}
+		ps.NotReady = notReady(ready, outs, min(room, v1alpha1.MaxNotReadyPerPort))
+		room -= len(ps.NotReady)
+		ps.NotReadyOmitted = ps.TotalEndpoints - ps.ReadyEndpoints - int32(len(ps.NotReady)) //nolint:gosec // at most MaxNotReadyPerPort.
 		out = append(out, ps)
 	}
 	return out
+}
+
+// sliceNote is the note of a slice on why its endpoints are out (notready.Annotation): empty
+// when the slice has none or one the controller cannot read (too long, not JSON), whose pods are
+// then listed without a reason. Parse bounds and sanitises what it keeps.
+func sliceNote(s *discoveryv1.EndpointSlice) notready.Note {
+	n, err := notready.Parse(s.Annotations[notready.Annotation])
+	if err != nil {
+		return notready.Note{}
+	}
+	return n
+}
+
+// notReadyOf is the entry of a pod out of a port, seen in slice s (an endpoint with a pod
+// reference, not ready): the pod and node from the endpoint, which the controller audits, and
+// the reason from s's own note, only for a pod the slice lists out. A pod in the slices of two
+// families keeps the first reason found.
+func notReadyOf(cur *v1alpha1.NotReadyPod, ep *discoveryv1.Endpoint, s *discoveryv1.EndpointSlice, note notready.Note) *v1alpha1.NotReadyPod {
+	if cur == nil {
+		cur = &v1alpha1.NotReadyPod{Pod: cleanName(ep.TargetRef.Name)}
+		if ep.NodeName != nil {
+			cur.Node = cleanName(*ep.NodeName)
+		} else {
+			cur.Node = cleanName(slicemeta.NodeOf(s))
+		}
+	}
+	if cur.Reason == "" {
+		cur.Reason = note[ep.TargetRef.Name]
+	}
+	return cur
+}
+
+// maxObjectName is the longest object name; the schema bounds pod and node names to it.
+const maxObjectName = 253
+
+// cleanName is a name from a slice as the status may hold it: the API server validates node
+// names of endpoints but not the names of their targetRefs.
+func cleanName(s string) string {
+	return notready.Cap(notready.Sanitize(s), maxObjectName)
+}
+
+// withdrawnReasons gives the pods out on nodes whose agent looks stale, while the controller
+// withdraws their endpoints (not while the liveness guard holds), the controller's reason:
+// their agent's note, if any, is older than the withdrawal. ports is not modified.
+func withdrawnReasons(ports []v1alpha1.PortStatus, a *Agents) []v1alpha1.PortStatus {
+	if a.Guarded || len(a.Stale) == 0 {
+		return ports
+	}
+	out := slices.Clone(ports)
+	for i := range out {
+		if len(out[i].NotReady) == 0 {
+			continue
+		}
+		out[i].NotReady = slices.Clone(out[i].NotReady)
+		for j := range out[i].NotReady {
+			e := &out[i].NotReady[j]
+			if _, stale := slices.BinarySearch(a.Stale, e.Node); stale {
+				e.Reason = notready.Cap("withdrawn by the controller: the agent of node "+e.Node+" has not renewed its Lease", v1alpha1.MaxNotReadyReason)
+			}
+		}
+	}
+	return out
+}
+
+// notReady lists the pods out of a port (ready false in every slice), the first n by pod name
+// and node; an endpoint without a pod reference (which the agents never write) is only counted.
+func notReady(ready map[endpointKey]bool, out map[endpointKey]*v1alpha1.NotReadyPod, n int) []v1alpha1.NotReadyPod {
+	var list []v1alpha1.NotReadyPod
+	for k, e := range out {
+		if !ready[k] {
+			list = append(list, *e)
+		}
+	}
+	slices.SortFunc(list, func(a, b v1alpha1.NotReadyPod) int {
+		return cmp.Or(strings.Compare(a.Pod, b.Pod), strings.Compare(a.Node, b.Node), strings.Compare(a.Reason, b.Reason))
+	})
+	if len(list) > n {
+		list = list[:n]
+	}
+	return list
 }
 
 func sliceNumber(s *discoveryv1.EndpointSlice) int32 {
