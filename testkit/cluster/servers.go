@@ -234,4 +234,3 @@ func (s *Server) serveTCP(c net.Conn) {
 		}
 	}
 }
-
