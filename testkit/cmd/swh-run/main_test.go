@@ -45,45 +45,8 @@ func TestTheDemoComesUpAndReactsToAControlCommand(t *testing.T) {
 	t.Cleanup(func() { _ = os.RemoveAll(base) })
 	runDir := filepath.Join(base, "run")
 	sock := filepath.Join(runDir, "control.sock")
-	var latest atomic.Pointer[View]
-	out := &syncBuffer{}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	var runErr error
-	go func() {
-		runErr = run(ctx, Config{Socket: sock, Plain: true, Window: 5 * time.Second, DualStack: true, Out: out, OnView: func(v *View) { latest.Store(v) }})
-		close(done)
-	}()
-	stop := func() error {
-		cancel()
-		<-done
-		return runErr
-	}
-	// waitFor polls cond and fails at once when the demo ended.
-	waitFor := func(timeout time.Duration, cond func(v *View) bool, msg string) {
-		t.Helper()
-		deadline := time.Now().Add(timeout)
-		for {
-			select {
-			case <-done:
-				t.Fatalf("the demo ended early: %v", runErr)
-			default:
-			}
-			if v := latest.Load(); v != nil && cond(v) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within %s; the last view:\n%s", msg, timeout, latest.Load().textOrNone())
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
-	t.Cleanup(func() {
-		_ = stop()
-		if t.Failed() {
-			t.Logf("the demo's output:\n%s", out.String())
-		}
-	})
+	d := startDemo(t, Config{Socket: sock, Plain: true, Window: 5 * time.Second, DualStack: true})
+	latest, waitFor, stop := &d.latest, d.waitFor, d.stop
 
 	waitFor(4*time.Minute, func(v *View) bool { return v.Ready }, "every resource publishes its pods and the traffic is OK")
 	v := latest.Load()
@@ -276,4 +239,62 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// demoRun is a demo started by a test: its latest view, and how to wait for one and stop it.
+type demoRun struct {
+	t      *testing.T
+	latest atomic.Pointer[View]
+	out    syncBuffer
+	done   chan struct{}
+	cancel context.CancelFunc
+	err    error
+}
+
+// startDemo runs the demo with cfg (its Out and OnView set here) until the test ends; a failed
+// test logs the demo's output.
+func startDemo(t *testing.T, cfg Config) *demoRun {
+	t.Helper()
+	d := &demoRun{t: t, done: make(chan struct{})}
+	cfg.Out, cfg.OnView = &d.out, func(v *View) { d.latest.Store(v) }
+	ctx, cancel := context.WithCancel(t.Context())
+	d.cancel = cancel
+	go func() {
+		d.err = run(ctx, cfg)
+		close(d.done)
+	}()
+	t.Cleanup(func() {
+		_ = d.stop()
+		if t.Failed() {
+			t.Logf("the demo's output:\n%s", d.out.String())
+		}
+	})
+	return d
+}
+
+// stop ends the demo and returns what run returned.
+func (d *demoRun) stop() error {
+	d.cancel()
+	<-d.done
+	return d.err
+}
+
+// waitFor polls cond on the latest view and fails at once when the demo ended.
+func (d *demoRun) waitFor(timeout time.Duration, cond func(v *View) bool, msg string) {
+	d.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		select {
+		case <-d.done:
+			d.t.Fatalf("the demo ended early: %v", d.err)
+		default:
+		}
+		if v := d.latest.Load(); v != nil && cond(v) {
+			return
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("%s: not within %s; the last view:\n%s", msg, timeout, d.latest.Load().textOrNone())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

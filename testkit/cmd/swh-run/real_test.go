@@ -5,12 +5,10 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,45 +67,8 @@ func TestRealNodeDemoComesUp(t *testing.T) {
 	sock := filepath.Join(runDir, "control.sock")
 	cfg, err := parse([]string{"--nodes=real", "--plain", "--window=5s", "--socket=" + sock}, io.Discard)
 	require.NoError(t, err)
-	var latest atomic.Pointer[View]
-	out := &syncBuffer{}
-	cfg.Out, cfg.OnView = out, func(v *View) { latest.Store(v) }
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	var runErr error
-	go func() {
-		runErr = run(ctx, cfg)
-		close(done)
-	}()
-	stop := func() error {
-		cancel()
-		<-done
-		return runErr
-	}
-	t.Cleanup(func() {
-		_ = stop()
-		if t.Failed() {
-			t.Logf("the demo's output:\n%s", out.String())
-		}
-	})
-	waitFor := func(timeout time.Duration, cond func(v *View) bool, msg string) {
-		t.Helper()
-		deadline := time.Now().Add(timeout)
-		for {
-			select {
-			case <-done:
-				t.Fatalf("the demo ended early: %v", runErr)
-			default:
-			}
-			if v := latest.Load(); v != nil && cond(v) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within %s; the last view:\n%s", msg, timeout, latest.Load().textOrNone())
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
+	d := startDemo(t, cfg)
+	latest, waitFor, stop := &d.latest, d.waitFor, d.stop
 	waitFor(5*time.Minute, func(v *View) bool { return v.Ready }, "every resource publishes its pods and the traffic is OK")
 	v := latest.Load()
 	wantIn := map[string][]string{"db-read": {"db-0", "db-1"}, "db-write": {"db-0"}, "smtp": {"vm-0"}, "web": {"vm-0"}}
