@@ -43,7 +43,7 @@ func TestALoadBalancerLeavesADrainingNodeBeforeItsPodStops(t *testing.T) {
 
 	// A connection routed to node-a before the drain (externalTrafficPolicy: Local: node-a's pod).
 	kept := newKeptConn(t, nodeA)
-	pod, _, err := kept.get(t.Context())
+	pod, _, err := kept.Get(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, sc.a.Key(), pod, "node-a's node port leads to node-a's pod")
 
@@ -77,14 +77,14 @@ func TestALoadBalancerLeavesADrainingNodeBeforeItsPodStops(t *testing.T) {
 	// While the pod still accepts connections: new ones through node-a's node port reach it,
 	// and the connection opened before the drain completes its next request on it.
 	direct := c.Requests(t, cluster.TrafficOptions{Address: nodeAddr(c, "node-a"), Port: sc.nodePort, Count: 3})
-	pod, reused, err := kept.get(t.Context())
+	pod, reused, err := kept.Get(t.Context())
 	checkedBeforeStop := time.Now()
 	require.True(t, checkedBeforeStop.Before(stopAt), "the checks of the drain ran before the pod stopped (%s after the deletion)", checkedBeforeStop.Sub(draining))
 	assert.Equal(t, map[string]int{sc.a.Key(): 3}, direct.ByPod(), "node-a's node port still serves new connections with the draining pod: %s", direct)
 	require.NoError(t, err, "the kept connection's request after the drain began")
 	assert.True(t, reused, "the request went over the connection opened before the drain")
 	assert.Equal(t, sc.a.Key(), pod, "the kept connection stays with the draining pod")
-	kept.hc.CloseIdleConnections()
+	kept.Close()
 
 	var stoppedAt time.Time
 	select {

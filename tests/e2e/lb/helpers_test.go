@@ -4,12 +4,7 @@
 package lb_test
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"net/http/httptrace"
 	"strings"
 	"testing"
 	"time"
@@ -169,42 +164,12 @@ func waitChecksAfter(tb testing.TB, lb *cluster.LoadBalancer, node string, after
 		"%d health checks of %s after %s", n, node, after.Format("15:04:05.000"))
 }
 
-// keptConn is one HTTP/1.1 keep-alive connection to an address: requests after the first go
-// over the same connection, so they stay with the endpoint kube-proxy chose when it opened.
-type keptConn struct {
-	hc  *http.Client
-	url string
-}
-
-func newKeptConn(t *testing.T, addr string) *keptConn {
+// newKeptConn is one keep-alive connection to addr, closed when the test ends.
+func newKeptConn(t *testing.T, addr string) *cluster.KeptConn {
 	t.Helper()
-	tr := &http.Transport{Proxy: nil, MaxConnsPerHost: 1, MaxIdleConnsPerHost: 1, IdleConnTimeout: 5 * time.Minute,
-		DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext}
-	k := &keptConn{hc: &http.Client{Transport: tr, Timeout: 5 * time.Second}, url: "http://" + addr + "/"}
-	t.Cleanup(tr.CloseIdleConnections)
+	k := cluster.NewKeptConn(addr)
+	t.Cleanup(k.Close)
 	return k
-}
-
-// get sends one request and returns the pod that answered and whether the connection was reused.
-func (k *keptConn) get(ctx context.Context) (pod string, reused bool, err error) {
-	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { reused = info.Reused }}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet, k.url, nil)
-	if err != nil {
-		return "", false, err
-	}
-	resp, err := k.hc.Do(req)
-	if err != nil {
-		return "", reused, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if err != nil {
-		return "", reused, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", reused, fmt.Errorf("status %s", resp.Status)
-	}
-	return strings.TrimSpace(string(body)), reused, nil
 }
 
 // figures logs one line of measured figures (run with -v; collected into

@@ -4,13 +4,8 @@
 package traffic_test
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
-	"net/http/httptrace"
-	"strings"
 	"testing"
 	"time"
 
@@ -65,7 +60,7 @@ func TestDrainAnnotationLosesNoRequestAndKeepsConnections(t *testing.T) {
 	hits := srvA.Hits()
 	require.Eventually(t, func() bool { return srvA.Hits() >= hits+3 }, waitFor, poll, "the agent keeps probing the drained pod")
 	kit.WaitRequestsAfter(t, loop, drained, minInWindow)
-	pod, reused, err := kept.get(t.Context())
+	pod, reused, err := kept.Get(t.Context())
 	require.NoError(t, err, "the kept connection's request while drained")
 	assert.True(t, reused, "the request went over the connection opened before the drain")
 	assert.Equal(t, a.Key(), pod, "the kept connection stays with the drained pod")
@@ -105,51 +100,20 @@ func setDrain(t *testing.T, c *cluster.Cluster, p *cluster.Pod, jsonValue string
 	require.NoError(t, c.Env.Client.Patch(t.Context(), obj, client.RawPatch(types.MergePatchType, []byte(patch))))
 }
 
-// keptConn is one HTTP/1.1 keep-alive connection: requests after the first go over the same
-// connection, so they stay with the endpoint kube-proxy chose when it opened.
-type keptConn struct {
-	hc  *http.Client
-	url string
-}
-
 // keptConnTo opens keep-alive connections to addr until one is routed to the pod named want
 // (kube-proxy picks an endpoint per connection) and returns it.
-func keptConnTo(t *testing.T, addr, want string) *keptConn {
+func keptConnTo(t *testing.T, addr, want string) *cluster.KeptConn {
 	t.Helper()
 	for range 100 {
-		tr := &http.Transport{Proxy: nil, MaxConnsPerHost: 1, MaxIdleConnsPerHost: 1, IdleConnTimeout: 5 * time.Minute,
-			DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext}
-		k := &keptConn{hc: &http.Client{Transport: tr, Timeout: 5 * time.Second}, url: "http://" + addr + "/"}
-		pod, _, err := k.get(t.Context())
+		k := cluster.NewKeptConn(addr)
+		pod, _, err := k.Get(t.Context())
 		require.NoError(t, err)
 		if pod == want {
-			t.Cleanup(tr.CloseIdleConnections)
+			t.Cleanup(k.Close)
 			return k
 		}
-		tr.CloseIdleConnections()
+		k.Close()
 	}
 	require.FailNow(t, "no connection routed to "+want+" in 100 tries")
 	return nil
-}
-
-// get sends one request and returns the pod that answered and whether the connection was reused.
-func (k *keptConn) get(ctx context.Context) (pod string, reused bool, err error) {
-	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { reused = info.Reused }}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet, k.url, nil)
-	if err != nil {
-		return "", false, err
-	}
-	resp, err := k.hc.Do(req)
-	if err != nil {
-		return "", reused, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if err != nil {
-		return "", reused, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", reused, fmt.Errorf("status %s", resp.Status)
-	}
-	return strings.TrimSpace(string(body)), reused, nil
 }
