@@ -35,9 +35,7 @@ func TestRealNodeGracefulTerminationWithPreStop(t *testing.T) {
 	pods := waitPods(t, c, ns, "1", 2)
 	waitProgrammed(t, c, ns+"/web", 80, endpoints(pods, 8080))
 
-	loop := c.Traffic(t, cluster.TrafficOptions{Service: ns + "/web", Port: 80, Duration: 5 * time.Minute})
-	recordTimeline(t, c, ns, "web", 80, loop)
-	tm.WaitRequestsAfter(t, loop, time.Now(), tm.MinInWindow)
+	loop := webTraffic(t, c, ns)
 	from := time.Now()
 	gone := pods[0]
 	require.NoError(t, c.Env.Client.Delete(t.Context(), &gone))
@@ -112,9 +110,7 @@ func TestRealNodeKubeletStopped(t *testing.T) {
 	before, err := e2e.EndpointsOf(t.Context(), c, ns, "web")
 	require.NoError(t, err)
 
-	loop := c.Traffic(t, cluster.TrafficOptions{Service: ns + "/web", Port: 80, Duration: 5 * time.Minute})
-	recordTimeline(t, c, ns, "web", 80, loop)
-	tm.WaitRequestsAfter(t, loop, time.Now(), tm.MinInWindow)
+	loop := webTraffic(t, c, ns)
 	from := time.Now()
 	require.NoError(t, node.StopKubelet())
 	require.Zero(t, node.KubeletPID())
@@ -146,9 +142,7 @@ func TestRealNodePodRecreatedOnAnotherNode(t *testing.T) {
 	old := waitPods(t, c, ns, "1", 2)
 	waitProgrammed(t, c, ns+"/web", 80, endpoints(old, 8080))
 
-	loop := c.Traffic(t, cluster.TrafficOptions{Service: ns + "/web", Port: 80, Duration: 5 * time.Minute})
-	recordTimeline(t, c, ns, "web", 80, loop)
-	tm.WaitRequestsAfter(t, loop, time.Now(), tm.MinInWindow)
+	loop := webTraffic(t, c, ns)
 	from := time.Now()
 	d := deployment(ns, "2")
 	d.Spec.Template.Spec.NodeName = nodeB.Name

@@ -126,9 +126,7 @@ func TestRealNodeRollingUpdate(t *testing.T) {
 	old := waitPods(t, c, ns, "1", 2)
 	waitProgrammed(t, c, ns+"/web", 80, endpoints(old, 8080))
 
-	loop := c.Traffic(t, cluster.TrafficOptions{Service: ns + "/web", Port: 80, Duration: 5 * time.Minute})
-	recordTimeline(t, c, ns, "web", 80, loop)
-	tm.WaitRequestsAfter(t, loop, time.Now(), tm.MinInWindow)
+	loop := webTraffic(t, c, ns)
 	from := time.Now()
 	require.NoError(t, s.Apply(t.Context(), ns, deployment(ns, "2")))
 	fresh := waitPods(t, c, ns, "2", 2)
@@ -162,9 +160,7 @@ func TestRealNodeReadinessFailsWhilePerPortProbePasses(t *testing.T) {
 	waitProgrammed(t, c, ns+"/web", 80, endpoints(pods, 8080))
 	waitProgrammed(t, c, ns+"/web", 81, endpoints(pods, 8081))
 
-	loop := c.Traffic(t, cluster.TrafficOptions{Service: ns + "/web", Port: 80, Duration: 5 * time.Minute})
-	recordTimeline(t, c, ns, "web", 80, loop)
-	tm.WaitRequestsAfter(t, loop, time.Now(), tm.MinInWindow)
+	loop := webTraffic(t, c, ns)
 	from := time.Now()
 	flipped := pods[0]
 	control(t, flipped.Status.PodIP, "unready")

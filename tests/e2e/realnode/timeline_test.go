@@ -145,3 +145,13 @@ func conntrackTo(ip string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// webTraffic starts requests through port 80 of ns/web for the rest of the test, records their
+// timeline (printed if the test fails) and waits until they flow.
+func webTraffic(t *testing.T, c *cluster.Cluster, ns string) *cluster.Traffic {
+	t.Helper()
+	loop := c.Traffic(t, cluster.TrafficOptions{Service: ns + "/web", Port: 80, Duration: 5 * time.Minute})
+	recordTimeline(t, c, ns, "web", 80, loop)
+	tm.WaitRequestsAfter(t, loop, time.Now(), tm.MinInWindow)
+	return loop
+}
