@@ -16,6 +16,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"unicode"
@@ -54,18 +55,7 @@ func Encode(reasons map[string]string) string {
 	if len(reasons) == 0 {
 		return ""
 	}
-	names := make([]string, 0, len(reasons))
-	for n := range reasons {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	if len(names) > MaxPods {
-		names = names[:MaxPods]
-	}
-	kept := make(Note, len(names))
-	for _, n := range names {
-		kept[n] = Sanitize(reasons[n])
-	}
+	kept := firstSanitized(slices.Collect(maps.Keys(reasons)), reasons)
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
@@ -97,15 +87,19 @@ func Parse(value string) (Note, error) {
 			names = append(names, n)
 		}
 	}
+	return firstSanitized(names, raw), nil
+}
+
+// firstSanitized is the Note of the first MaxPods of names in sorted order (names is sorted in
+// place), each with its reason Sanitized.
+func firstSanitized(names []string, reasons map[string]string) Note {
 	slices.Sort(names)
-	if len(names) > MaxPods {
-		names = names[:MaxPods]
-	}
+	names = names[:min(len(names), MaxPods)]
 	out := make(Note, len(names))
 	for _, n := range names {
-		out[n] = Sanitize(raw[n])
+		out[n] = Sanitize(reasons[n])
 	}
-	return out, nil
+	return out
 }
 
 // maxPodName is the longest object name (a DNS subdomain).
