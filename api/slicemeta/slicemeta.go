@@ -27,6 +27,11 @@ const (
 	// ipv6Suffix ends the name of an IPv6 slice, for the reader; the marker is what keeps the
 	// names of the two families apart.
 	ipv6Suffix = "-ipv6"
+	// chunkMarker comes after the port's dash in the name of a further chunk (SliceKey.Chunk),
+	// before the chunk's number and a dash: "--" can follow the port's dash in no other name,
+	// where a node name or its digest (a letter or digit) or the IPv6 marker and then a node
+	// name follow it.
+	chunkMarker = "--"
 )
 
 // SliceKey identifies one EndpointSlice of a resource.
@@ -42,6 +47,11 @@ type SliceKey struct {
 	SplitPort int32
 	// AddressType is IPv4 (the default when empty) or IPv6.
 	AddressType discoveryv1.AddressType
+	// Chunk is non-zero for the further slices of a (resource, port, node, family, number)
+	// whose endpoints are more than one slice holds (the agent's --max-endpoints-per-slice):
+	// chunk 0 is the slice of the common name, chunks 1, 2, … have ChunkMarker and their
+	// number before the node (Name).
+	Chunk int
 }
 
 // Prefix is the part of every slice name of (resource, port) that comes before the node.
@@ -65,12 +75,24 @@ func Prefix(resource, port string) string {
 // Prefix(resource, port), so every slice of a resource is found by that prefix, and two
 // resources' names collide on every node exactly when their prefixes are equal, as before.
 // IPv6 slices were named <resource>-<port>-<node>-ipv6 until this rule (LegacyName).
+//
+// A further chunk (Chunk > 0) has the chunk marker, its number and a dash after the prefix:
+// <resource>-<port>---<chunk>-<node>, <resource>-<port>---<chunk>--<node>-ipv6. After the
+// prefix no other name of (resource, port) continues with "--", and the chunk's number ends at
+// the first dash, so chunks meet neither the common names of any node nor each other. (Names of
+// different resources can meet where a resource name has a double dash, as IPv6 names already
+// could: "r-p---2" with an unnamed port on node "w" and chunk 2 of "r", port "p", on node "w".
+// The agent reports such a name as held by someone else and the status check of equal
+// prefixes does not see it.)
 func (k SliceKey) Name() string {
 	suffix := ""
 	if k.SplitPort != 0 {
 		suffix += "-" + strconv.Itoa(int(k.SplitPort))
 	}
 	prefix := Prefix(k.Resource, k.Port)
+	if k.Chunk > 0 {
+		prefix += chunkMarker + strconv.Itoa(k.Chunk) + "-"
+	}
 	if k.AddressType == discoveryv1.AddressTypeIPv6 {
 		prefix += ipv6Marker
 		suffix += ipv6Suffix
@@ -81,14 +103,34 @@ func (k SliceKey) Name() string {
 	return prefix + wellknown.NodeDigest(k.Node) + suffix
 }
 
+// ChunkOf is the chunk number the name of a slice of (resource, port) carries: the number
+// after Prefix(resource, port) and the chunk marker, 0 for a name without it. It reads the name
+// only; a caller that must know the slice is a chunk of a key compares the name with the key's
+// Name with that Chunk.
+func ChunkOf(name, resource, port string) int {
+	rest, ok := strings.CutPrefix(name, Prefix(resource, port)+chunkMarker)
+	if !ok {
+		return 0
+	}
+	digits, _, ok := strings.Cut(rest, "-")
+	if !ok || digits == "" || len(digits) > 6 || digits[0] == '0' {
+		return 0
+	}
+	n, err := strconv.Atoi(digits)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
 // LegacyName is the name the slice had before the IPv6 marker (Name): the same as Name for an
 // IPv4 slice, <resource>-<port>-<node>[-<number>]-ipv6 for an IPv6 one. An agent upgraded
 // from a version that named IPv6 slices so finds them by their labels and annotation (they are
 // its own slices of the same resource, port and node), publishes the new name and deletes the
 // old one; LegacyName only lets it recognise an old unsuffixed slice as the primary of a split
-// port.
+// port. A chunk never had another name.
 func (k SliceKey) LegacyName() string {
-	if k.AddressType != discoveryv1.AddressTypeIPv6 {
+	if k.AddressType != discoveryv1.AddressTypeIPv6 || k.Chunk > 0 {
 		return k.Name()
 	}
 	suffix := ""

@@ -62,6 +62,22 @@ func TestSliceName(t *testing.T) {
 			key:  SliceKey{Resource: "web", Port: "http", Node: "worker-1", SplitPort: 8081, AddressType: discoveryv1.AddressTypeIPv6},
 			want: "web-http--worker-1-8081-ipv6",
 		},
+		"a further chunk has a double dash and its number before the node": {
+			key:  SliceKey{Resource: "web", Port: "http", Node: "worker-1", Chunk: 2},
+			want: "web-http---2-worker-1",
+		},
+		"an IPv6 chunk of a split port has both markers and both suffixes": {
+			key:  SliceKey{Resource: "web", Port: "http", Node: "worker-1", SplitPort: 8081, Chunk: 12, AddressType: discoveryv1.AddressTypeIPv6},
+			want: "web-http---12--worker-1-8081-ipv6",
+		},
+		"a chunk of a single unnamed port has the marker after the resource": {
+			key:  SliceKey{Resource: "web", Node: "worker-1", Chunk: 1},
+			want: "web---1-worker-1",
+		},
+		"a long node of a chunk is replaced by its digest": {
+			key:  SliceKey{Resource: "web", Port: "http", Node: long, Chunk: 3},
+			want: "web-http---3-" + wellknown.NodeDigest(long),
+		},
 		"a node name that just fits an IPv4 name is kept there": {
 			key:  SliceKey{Resource: "web", Port: "http", Node: strings.Repeat("n", 253-len("web-http-"))},
 			want: "web-http-" + strings.Repeat("n", 253-len("web-http-")),
@@ -86,14 +102,11 @@ func TestSliceName(t *testing.T) {
 // suffix or prefix rule would confuse: a node named like another's IPv6 slice, nodes whose
 // names start or end with "ipv6", nodes with dots and double dashes.
 func TestSliceNamesOfTheTwoFamiliesNeverCollide(t *testing.T) {
-	nodes := []string{
-		"x", "x-ipv6", "x-ipv6-ipv6", "ipv6", "ipv6-x", "x--y", "x--y-ipv6", "x.ipv6", "x-8081", "x-8081-ipv6",
-		"8081-x", "x.y-ipv6", wellknown.NodeDigest(strings.Repeat("z", 250)), strings.Repeat("z", 250), strings.Repeat("z", 245) + "-ipv6",
-	}
 	for _, port := range []string{"", "http", "a-b"} {
 		for _, split := range []int32{0, 8081} {
 			seen := map[string]SliceKey{}
-			for _, node := range nodes {
+			// A node named like another's digest shares its names by design (wellknown.NodeDigest).
+			for _, node := range append(trickyNodes, wellknown.NodeDigest(strings.Repeat("z", 250))) {
 				for _, family := range []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6} {
 					k := SliceKey{Resource: "web", Port: port, Node: node, SplitPort: split, AddressType: family}
 					name := k.Name()
@@ -110,6 +123,48 @@ func TestSliceNamesOfTheTwoFamiliesNeverCollide(t *testing.T) {
 		SliceKey{Resource: "web", Port: "http", Node: "x-ipv6"}.LegacyName(),
 		SliceKey{Resource: "web", Port: "http", Node: "x", AddressType: discoveryv1.AddressTypeIPv6}.LegacyName(),
 		"the old rule named the IPv4 slice of node x-ipv6 and the IPv6 slice of node x alike")
+}
+
+// trickyNodes are node names a suffix or prefix rule would confuse: named like another node's
+// IPv6 slice, split port or chunk, starting or ending with "ipv6" or a number, with dots and
+// double dashes, and names only their digest fits.
+var trickyNodes = []string{
+	"x", "x-ipv6", "x-ipv6-ipv6", "ipv6", "ipv6-x", "x--y", "x--y-ipv6", "x.ipv6", "x-8081", "x-8081-ipv6",
+	"8081-x", "x.y-ipv6", "2-x", "x-2", "x--2", "2--x", "1-x-ipv6", "x-8081-2",
+	strings.Repeat("z", 250), strings.Repeat("z", 245) + "-ipv6",
+}
+
+// No two keys of one resource in different chunks or families share a name, whatever the node
+// names (a chunk's "-<number>" after the node would have been a node "x-2"'s common name, and
+// its number right after the port's dash a node "2-x"'s). And ChunkOf reads back the chunk of
+// every name.
+func TestSliceNamesOfChunksNeverCollide(t *testing.T) {
+	for _, port := range []string{"", "http", "a-b"} {
+		seen := map[string]SliceKey{}
+		for _, node := range trickyNodes {
+			for _, split := range []int32{0, 2, 8081} {
+				for _, chunk := range []int{0, 1, 2, 12} {
+					for _, family := range []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6} {
+						k := SliceKey{Resource: "web", Port: port, Node: node, SplitPort: split, Chunk: chunk, AddressType: family}
+						name := k.Name()
+						// A split port's "-<number>" after the node is a node "x-<number>"'s
+						// common name (development/AGENT.md): the agent reports that name as
+						// held; chunks add no such pair.
+						if other, dup := seen[name]; dup && (other.Chunk != chunk || other.AddressType != family) {
+							t.Errorf("%+v and %+v share the name %q", other, k, name)
+						}
+						seen[name] = k
+						assert.Equal(t, chunk, ChunkOf(name, "web", port), name)
+						assert.Empty(t, validation.IsDNS1123Subdomain(name), name)
+					}
+				}
+			}
+		}
+	}
+	assert.Zero(t, ChunkOf("web-http---0-x", "web", "http"), "chunk numbers start at 1")
+	assert.Zero(t, ChunkOf("web-http---02-x", "web", "http"), "a number with a leading zero is no chunk's")
+	assert.Zero(t, ChunkOf("web-http---2", "web", "http"), "a chunk's number is followed by a dash and the node")
+	assert.Zero(t, ChunkOf("web-http---2-x", "web", "other"), "another port's name")
 }
 
 func TestLegacyName(t *testing.T) {

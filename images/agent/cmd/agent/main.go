@@ -16,6 +16,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/agent"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/lease"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/sliceplan"
 	"github.com/deckhouse/service-with-healthchecks/lib/cmdline"
 	"github.com/deckhouse/service-with-healthchecks/lib/memlimit"
 )
@@ -47,6 +48,7 @@ type flags struct {
 	leaseRenewInterval time.Duration
 	probeConcurrency   int
 	maxProbeTargets    int
+	maxEndpoints       int
 }
 
 // parse parses the arguments (without the program name); getenv supplies $NODE_NAME and
@@ -74,6 +76,9 @@ func parse(args []string, getenv func(string) string, stdout io.Writer) (flags, 
 	p.Flags.IntVar(&f.maxProbeTargets, "max-probe-targets", agent.DefaultMaxProbeTargets,
 		"The probe budget: the most probe targets (pod × probe) this agent keeps, shared fairly between namespaces; "+
 			"targets beyond a namespace's share are not probed and their ports are published not serving.")
+	p.Flags.IntVar(&f.maxEndpoints, "max-endpoints-per-slice", sliceplan.DefaultMaxEndpointsPerSlice,
+		"The most endpoints one EndpointSlice holds: a port's endpoints on this node beyond it are published in further slices (chunks), "+
+			"as the built-in EndpointSlice controller does (its default too); 1 to 1000.")
 	if err := p.Parse(args, stdout); err != nil {
 		return flags{}, err
 	}
@@ -98,6 +103,8 @@ func (f *flags) check() error {
 		return cmdline.Usagef("--probe-concurrency %d: must be at least 1", f.probeConcurrency)
 	case f.maxProbeTargets < 1:
 		return cmdline.Usagef("--max-probe-targets %d: must be at least 1", f.maxProbeTargets)
+	case f.maxEndpoints < 1 || f.maxEndpoints > sliceplan.MaxOfMaxEndpointsPerSlice:
+		return cmdline.Usagef("--max-endpoints-per-slice %d: must be 1 to %d", f.maxEndpoints, sliceplan.MaxOfMaxEndpointsPerSlice)
 	}
 	return nil
 }
@@ -127,6 +134,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		LeaseRenewInterval:     f.leaseRenewInterval,
 		ProbeConcurrency:       f.probeConcurrency,
 		MaxProbeTargets:        f.maxProbeTargets,
+		MaxEndpointsPerSlice:   f.maxEndpoints,
 		Logger:                 log,
 	})
 	if err != nil {

@@ -96,6 +96,7 @@ func TestHelpListsEveryFlagOnStdout(t *testing.T) {
 		"--lease-renew-interval":      "(default 10s)",
 		"--probe-concurrency":         "(default 64)",
 		"--max-probe-targets":         "(default 20000)",
+		"--max-endpoints-per-slice":   "(default 100)",
 		"--kube-api-qps":              "(default 20)",
 		"--kube-api-burst":            "(default 40)",
 		"--log-level":                 "(default info)",
@@ -130,6 +131,8 @@ func TestParse(t *testing.T) {
 		"an unknown flag is an error":              {nodeEnv: "node-a", args: []string{"--bogus"}, want: "unknown flag: --bogus"},
 		"a zero probe concurrency is an error":     {nodeEnv: "node-a", args: []string{"--probe-concurrency=0"}, want: "--probe-concurrency 0: must be at least 1"},
 		"a zero probe budget is an error":          {nodeEnv: "node-a", args: []string{"--max-probe-targets=0"}, want: "--max-probe-targets 0: must be at least 1"},
+		"a slice holds at most 1000 endpoints":     {nodeEnv: "node-a", args: []string{"--max-endpoints-per-slice=1001"}, want: "--max-endpoints-per-slice 1001: must be 1 to 1000"},
+		"a slice holds at least one endpoint":      {nodeEnv: "node-a", args: []string{"--max-endpoints-per-slice=0"}, want: "--max-endpoints-per-slice 0: must be 1 to 1000"},
 		"an unknown log level is an error":         {nodeEnv: "node-a", args: []string{"--log-level=trace"}, want: `invalid argument "trace" for "--log-level" flag: must be debug, info, warn or error`},
 		"warn is a log level of both programs":     {nodeEnv: "node-a", args: []string{"--log-level=warn"}},
 		"every flag the chart renders is accepted": {args: []string{"--node-name=n", "--metrics-bind-address=127.0.0.1:9781", "--health-probe-bind-address=127.0.0.1:9782", "--lease-namespace=d8-service-with-healthchecks", "--probe-concurrency=64", "--max-probe-targets=20000", "--kube-api-qps=20", "--kube-api-burst=40", "--log-level=debug"}},
@@ -186,6 +189,7 @@ func TestDefaults(t *testing.T) {
 		leaseRenewInterval: 10 * time.Second,
 		probeConcurrency:   agent.DefaultProbeConcurrency,
 		maxProbeTargets:    agent.DefaultMaxProbeTargets,
+		maxEndpoints:       100,
 	}, f)
 	assert.Equal(t, "127.0.0.1:9781", f.MetricsBindAddress, "metrics stay on loopback")
 }

@@ -40,6 +40,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/prober"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/publisher"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/scheduler"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/sliceplan"
 )
 
 // Defaults of the options (and of the program's flags).
@@ -81,6 +82,10 @@ type Options struct {
 	// between namespaces (development/AGENT.md, "Probe budget"); 0 uses
 	// DefaultMaxProbeTargets, a negative value sets no bound (tests).
 	MaxProbeTargets int
+	// MaxEndpointsPerSlice is how many endpoints one EndpointSlice holds before the agent
+	// splits a port's endpoints on the node into chunks (development/AGENT.md, "Chunks"); 0 uses
+	// sliceplan.DefaultMaxEndpointsPerSlice (100, the built-in controller's default).
+	MaxEndpointsPerSlice int
 	// CoalesceWindow and CoalesceBurst coalesce probe result changes per resource: a budget of
 	// CoalesceBurst reconciles that regains one every CoalesceWindow. A change is reconciled at
 	// once while the budget lasts; once it is spent, the changes that follow are reconciled
@@ -121,6 +126,7 @@ func New(opts Options) (*Agent, error) {
 	}
 	m := metrics.New(opts.Registry)
 	r := newReconciler(mgr.GetClient(), opts.NodeName, m, opts.Logger.WithName("reconciler"), opts.CoalesceWindow, opts.CoalesceBurst)
+	r.MaxEndpointsPerSlice = opts.MaxEndpointsPerSlice
 	if r.podIndex, err = podIndexer(mgr); err != nil {
 		return nil, err
 	}
@@ -175,6 +181,12 @@ func (opts Options) withDefaults() (Options, error) {
 	}
 	if opts.MaxProbeTargets == 0 {
 		opts.MaxProbeTargets = DefaultMaxProbeTargets
+	}
+	if opts.MaxEndpointsPerSlice <= 0 {
+		opts.MaxEndpointsPerSlice = sliceplan.DefaultMaxEndpointsPerSlice
+	}
+	if opts.MaxEndpointsPerSlice > sliceplan.MaxOfMaxEndpointsPerSlice {
+		return opts, fmt.Errorf("at most %d endpoints fit one EndpointSlice, not %d", sliceplan.MaxOfMaxEndpointsPerSlice, opts.MaxEndpointsPerSlice)
 	}
 	if opts.CoalesceWindow <= 0 {
 		opts.CoalesceWindow = DefaultCoalesceWindow

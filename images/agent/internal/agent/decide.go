@@ -35,6 +35,9 @@ type Observed struct {
 	Results scheduler.Results
 	// Budget is how many of the resource's targets the node's probe budget allows.
 	Budget Budget
+	// MaxEndpointsPerSlice is how many endpoints one slice holds before its group is split
+	// into chunks (0: sliceplan.DefaultMaxEndpointsPerSlice).
+	MaxEndpointsPerSlice int
 }
 
 // Budget is how many of a resource's targets, in the order Decide lists them (pods by name,
@@ -150,7 +153,7 @@ func Decide(o Observed) Decision {
 		// endpoints are decided when the Service becomes this resource's.
 		pods = nil
 	}
-	d.Desired = sliceplan.Compute(sliceplan.Input{Resource: swh, Node: o.Node, Zone: o.Zone, Pods: pods, Existing: own})
+	d.Desired = sliceplan.Compute(sliceplan.Input{Resource: swh, Node: o.Node, Zone: o.Zone, Pods: pods, Existing: own, MaxEndpointsPerSlice: o.MaxEndpointsPerSlice})
 	d.Plan = sliceplan.Diff(swh.Name, swh.UID, o.Node, d.Desired, existing)
 	// Transitions are reported with the slices that carry them once those are written: without
 	// a slice to create or update there is nothing to report them with (the steady state).

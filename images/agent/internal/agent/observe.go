@@ -100,6 +100,8 @@ func (r *Reconciler) observe(ctx context.Context, res types.NamespacedName) (Obs
 		Slices:   existing,
 		Results:  r.Scheduler.Results(res),
 		Budget:   r.budgetOf(res),
+
+		MaxEndpointsPerSlice: r.MaxEndpointsPerSlice,
 	}, nil
 }
 

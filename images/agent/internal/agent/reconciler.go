@@ -98,6 +98,9 @@ type Reconciler struct {
 	// regains one every Window, see enqueueChange).
 	Window time.Duration
 	Burst  int
+	// MaxEndpointsPerSlice is how many endpoints one slice holds before its group is split
+	// into chunks (sliceplan.Input.MaxEndpointsPerSlice; 0 is the default).
+	MaxEndpointsPerSlice int
 
 	// podIndex is the pod informer's indexer: observe reads the cache's pods from it without
 	// copying them.

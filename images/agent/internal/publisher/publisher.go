@@ -49,11 +49,12 @@ type Result struct {
 func (p *Publisher) Apply(ctx context.Context, plan sliceplan.Plan) (Result, error) {
 	res := Result{Written: map[string]*discoveryv1.EndpointSlice{}, Conflicts: append([]sliceplan.Conflict(nil), plan.Conflicts...)}
 	var errs []error
-	// createFailed defers the plan's deletes: a slice the plan deletes may be the one a failed
-	// create replaces (a slice renamed, as the IPv6 slices were by issue 20, or a split port's
-	// new primary), and deleting it first would take its endpoints out of the Service until the
+	// writeFailed defers the plan's deletes: a slice the plan deletes may be the one a failed
+	// create or update replaces (a slice renamed, as the IPv6 slices were by issue 20, a split
+	// port's new primary, or the chunks a shrunk group merges into its first: sliceplan
+	// assignChunks), and deleting it first would take its endpoints out of the Service until the
 	// retry. The retry, planned from the cache again, deletes what is still not desired.
-	createFailed := false
+	writeFailed := false
 	for _, s := range plan.Create {
 		created := s.DeepCopy()
 		err := p.Client.Create(ctx, created)
@@ -61,6 +62,7 @@ func (p *Publisher) Apply(ctx context.Context, plan sliceplan.Plan) (Result, err
 			cur, c, ownErr := p.heldBy(ctx, s, plan.Keys[s.Name])
 			if ownErr != nil {
 				errs = append(errs, ownErr)
+				writeFailed = true
 				continue
 			}
 			if c != nil {
@@ -77,6 +79,7 @@ func (p *Publisher) Apply(ctx context.Context, plan sliceplan.Plan) (Result, err
 			written, uerr := p.update(ctx, merged, plan.Keys[s.Name])
 			if uerr != nil {
 				errs = append(errs, uerr)
+				writeFailed = true
 				continue
 			}
 			if written != nil {
@@ -87,7 +90,7 @@ func (p *Publisher) Apply(ctx context.Context, plan sliceplan.Plan) (Result, err
 		p.count(metrics.OpCreate, err)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("creating EndpointSlice %s: %w", s.Name, err))
-			createFailed = true
+			writeFailed = true
 			continue
 		}
 		res.Written[s.Name] = created
@@ -96,14 +99,15 @@ func (p *Publisher) Apply(ctx context.Context, plan sliceplan.Plan) (Result, err
 		written, err := p.update(ctx, s, plan.Keys[s.Name])
 		if err != nil {
 			errs = append(errs, err)
+			writeFailed = true
 			continue
 		}
 		if written != nil {
 			res.Written[s.Name] = written
 		}
 	}
-	if createFailed && len(plan.Delete) > 0 {
-		errs = append(errs, fmt.Errorf("deleting %d EndpointSlice(s) waits for the retry of the failed create", len(plan.Delete)))
+	if writeFailed && len(plan.Delete) > 0 {
+		errs = append(errs, fmt.Errorf("deleting %d EndpointSlice(s) waits for the retry of the failed write", len(plan.Delete)))
 		return res, errors.Join(errs...)
 	}
 	for _, s := range plan.Delete {

@@ -33,34 +33,41 @@ func Compute(in Input) []Desired {
 	slices.SortStableFunc(cands, func(a, b candidate) int {
 		return strings.Compare(parts[a.pod].addresses[a.ip][0], parts[b.pod].addresses[b.ip][0])
 	})
+	chunks := assignChunks(in, cands, parts)
 	// The groups with room for all their candidates: an append per endpoint into growing
 	// groups copied a 1,000-endpoint slice's endpoints several times.
-	groups := make(map[groupKey][]discoveryv1.Endpoint, len(users))
+	sizes := make(map[sliceGroup]int, len(users))
+	for i, c := range cands {
+		sizes[sliceGroup{c.gk, chunks[i]}]++
+	}
+	groups := make(map[sliceGroup][]discoveryv1.Endpoint, len(sizes))
 	// The reasons of the not-ready pods of each slice, by pod name (notready.Annotation): built
 	// only for slices with a pod out.
-	var reasons map[groupKey]map[string]string
-	for _, c := range cands {
-		g, ok := groups[c.gk]
+	var reasons map[sliceGroup]map[string]string
+	for i, c := range cands {
+		sg := sliceGroup{c.gk, chunks[i]}
+		g, ok := groups[sg]
 		if !ok {
-			g = make([]discoveryv1.Endpoint, 0, users[c.gk])
+			g = make([]discoveryv1.Endpoint, 0, sizes[sg])
 		}
-		groups[c.gk] = append(g, shared.endpoint(parts[c.pod], c.ip, c.ready, c.serving, c.terminating))
+		groups[sg] = append(g, shared.endpoint(parts[c.pod], c.ip, c.ready, c.serving, c.terminating))
 		if !c.ready {
 			if reasons == nil {
-				reasons = map[groupKey]map[string]string{}
+				reasons = map[sliceGroup]map[string]string{}
 			}
-			if reasons[c.gk] == nil {
-				reasons[c.gk] = map[string]string{}
+			if reasons[sg] == nil {
+				reasons[sg] = map[string]string{}
 			}
-			reasons[c.gk][in.Pods[c.pod].Pod.Name] = c.reason
+			reasons[sg][in.Pods[c.pod].Pod.Name] = c.reason
 		}
 	}
 	primary := primaryNumbers(in, users)
 
 	out := make([]Desired, 0, len(groups))
-	for gk, eps := range groups {
+	for sg, eps := range groups {
+		gk := sg.gk
 		sp := portOf(in.Resource, gk.port)
-		key := slicemeta.SliceKey{Resource: in.Resource.Name, Port: sp.Name, Node: in.Node, AddressType: gk.family}
+		key := slicemeta.SliceKey{Resource: in.Resource.Name, Port: sp.Name, Node: in.Node, AddressType: gk.family, Chunk: sg.chunk}
 		if gk.family == discoveryv1.AddressTypeIPv4 {
 			key.AddressType = ""
 		}
@@ -68,7 +75,7 @@ func Compute(in Input) []Desired {
 			key.SplitPort = gk.number
 		}
 		sl := newSlice(in, key, gk.family, sp, gk.number, eps)
-		if note := notready.Encode(reasons[gk]); note != "" {
+		if note := notready.Encode(reasons[sg]); note != "" {
 			sl.Annotations[notready.Annotation] = note
 		}
 		out = append(out, Desired{Key: key, Slice: sl})

@@ -41,9 +41,9 @@ func publishedPrimaries(in Input) map[string]int32 {
 	primaries := map[string]int32{}
 	for _, s := range in.Existing {
 		port, _ := slicemeta.PortOf(s)
-		// The unsuffixed slice, also under the name IPv6 slices had before (an upgraded agent
-		// keeps the primary number while it renames them).
-		if k := (slicemeta.SliceKey{Resource: in.Resource.Name, Port: port, Node: in.Node, AddressType: s.AddressType}); len(s.Ports) == 1 && s.Ports[0].Port != nil && (s.Name == k.Name() || s.Name == k.LegacyName()) {
+		// The unsuffixed slice (any chunk of it), also under the name IPv6 slices had before
+		// (an upgraded agent keeps the primary number while it renames them).
+		if k := (slicemeta.SliceKey{Resource: in.Resource.Name, Port: port, Node: in.Node, AddressType: s.AddressType, Chunk: slicemeta.ChunkOf(s.Name, in.Resource.Name, port)}); len(s.Ports) == 1 && s.Ports[0].Port != nil && (s.Name == k.Name() || s.Name == k.LegacyName()) {
 			primaries[port+"/"+string(s.AddressType)] = *s.Ports[0].Port
 		}
 	}

@@ -37,6 +37,9 @@ type Input struct {
 	// none of them is left out until its verdict is decided (unless the resource publishes
 	// not-ready addresses). A split port keeps its primary number.
 	Existing []*discoveryv1.EndpointSlice
+	// MaxEndpointsPerSlice is how many endpoints one slice of a (port, family, number) holds
+	// before the group is split into chunks (assignChunks); 0 is DefaultMaxEndpointsPerSlice.
+	MaxEndpointsPerSlice int
 }
 
 // Desired is one slice to publish and the key it is published under.
