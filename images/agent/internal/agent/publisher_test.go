@@ -4,19 +4,26 @@
 package agent_test
 
 import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	discoveryv1ac "k8s.io/client-go/applyconfigurations/discovery/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
@@ -203,5 +210,128 @@ func onePodResource(t *testing.T, c *cluster.Cluster, ns, ip string) (*v1alpha1.
 		}
 		return sliceplan.Compute(sliceplan.Input{Resource: swh, Node: "node-a",
 			Pods: []sliceplan.Pod{{Pod: p, Endpoints: portrule.Evaluate(&swh.Spec, p, nil)}}})
+	}
+}
+
+// A merge of chunks (sliceplan: a split port shrunk to half the size) moves an endpoint from a
+// further chunk into the first: when the update of the first is refused, the chunk is not
+// deleted, so the endpoint stays in a slice until the retry writes the first and then deletes
+// the chunk. The API server refuses the update through a ValidatingAdmissionPolicy of this
+// test's namespace.
+func TestAMergedChunkIsDeletedOnlyOnceTheSliceReceivingItsEndpointsIsWritten(t *testing.T) {
+	c := testCluster(t)
+	ns := c.Env.CreateNamespaceForTest(t, "merge")
+	swh := createResource(t, c, ns, "web", nil, []v1alpha1.ServicePort{namedPort("http", 80, intstr.FromInt32(8080))})
+	var pods []sliceplan.Pod
+	for i := range 6 {
+		ip := fmt.Sprintf("198.18.252.%d", i+1)
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("web-%d", i), UID: types.UID(fmt.Sprintf("uid-web-%d", i))},
+			Spec:       corev1.PodSpec{NodeName: "node-a"},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
+				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+		}
+		pods = append(pods, sliceplan.Pod{Pod: pod, Endpoints: portrule.Evaluate(&swh.Spec, pod, nil)})
+	}
+	pub, m := testPublisher(c)
+	existing := func() map[string]*discoveryv1.EndpointSlice {
+		list := &discoveryv1.EndpointSliceList{}
+		require.NoError(t, c.Env.Client.List(t.Context(), list, client.InNamespace(ns)))
+		out := map[string]*discoveryv1.EndpointSlice{}
+		for i := range list.Items {
+			out[list.Items[i].Name] = &list.Items[i]
+		}
+		return out
+	}
+	plan := func(pods ...sliceplan.Pod) sliceplan.Plan {
+		cur := existing()
+		desired := sliceplan.Compute(sliceplan.Input{Resource: swh, Node: "node-a", Pods: pods, Existing: slices.Collect(maps.Values(cur)), MaxEndpointsPerSlice: 4})
+		return sliceplan.Diff("web", swh.UID, "node-a", desired, cur)
+	}
+	_, err := pub.Apply(t.Context(), plan(pods...))
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"web-http-node-a", "web-http---1-node-a"}, slices.Collect(maps.Keys(existing())))
+	chunk := existing()["web-http---1-node-a"]
+	moved := chunk.Endpoints[0].Addresses[0]
+
+	// Two pods left, one in each slice: the port merges into its first slice.
+	merge := plan(pods[0], pods[4])
+	require.Len(t, merge.Update, 1)
+	require.Equal(t, "web-http-node-a", merge.Update[0].Name)
+	require.Len(t, merge.Delete, 1)
+	require.Equal(t, "web-http---1-node-a", merge.Delete[0].Name)
+
+	refuseUpdates(t, c, ns, "web-http-node-a")
+	_, err = pub.Apply(t.Context(), merge)
+	require.ErrorContains(t, err, "updating EndpointSlice web-http-node-a")
+	require.ErrorContains(t, err, "waits for the retry of the failed write")
+	assert.Zero(t, testutil.ToFloat64(m.SliceWrites.WithLabelValues(metrics.OpDelete)))
+	kept := existing()["web-http---1-node-a"]
+	require.NotNil(t, kept, "the chunk is kept while the first slice does not list its endpoint")
+	assert.Contains(t, addresses(kept), moved)
+
+	// The retry once updates are allowed again: the first slice lists both, then the chunk goes.
+	allowUpdates(t, c, ns)
+	require.Eventually(t, func() bool {
+		_, _ = pub.Apply(t.Context(), plan(pods[0], pods[4]))
+		cur := existing()
+		first, chunk := cur["web-http-node-a"], cur["web-http---1-node-a"]
+		return first != nil && chunk == nil && slices.Contains(addresses(first), moved)
+	}, 30*time.Second, 100*time.Millisecond, "the retry writes the first slice and deletes the chunk")
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.SliceWrites.WithLabelValues(metrics.OpDelete)))
+}
+
+func addresses(s *discoveryv1.EndpointSlice) []string {
+	var out []string
+	for _, e := range s.Endpoints {
+		out = append(out, e.Addresses...)
+	}
+	return out
+}
+
+// refuseUpdates makes the API server refuse every update of the named slice of the namespace
+// (a ValidatingAdmissionPolicy and its binding, removed by allowUpdates or at the test's end),
+// and waits until it does.
+func refuseUpdates(t *testing.T, c *cluster.Cluster, ns, name string) {
+	t.Helper()
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "refuse-updates-" + ns},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"discovery.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"endpointslices"}},
+				},
+			}}},
+			MatchConditions: []admissionregistrationv1.MatchCondition{{Name: "this-test", Expression: fmt.Sprintf("request.namespace == %q && request.name == %q", ns, name)}},
+			Validations:     []admissionregistrationv1.Validation{{Expression: "false", Message: "updates refused by the test"}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
+		Spec:       admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policy.Name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
+	}
+	require.NoError(t, c.Env.Client.Create(t.Context(), policy))
+	require.NoError(t, c.Env.Client.Create(t.Context(), binding))
+	t.Cleanup(func() { allowUpdates(t, c, ns) })
+	require.Eventually(t, func() bool {
+		cur := &discoveryv1.EndpointSlice{}
+		if err := c.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, cur); err != nil {
+			return false
+		}
+		return apierrors.IsInvalid(c.Env.Client.Update(t.Context(), cur, client.DryRunAll))
+	}, 30*time.Second, 50*time.Millisecond, "the policy refuses updates of %s", name)
+}
+
+// allowUpdates removes refuseUpdates' policy and waits until updates pass again.
+func allowUpdates(t *testing.T, c *cluster.Cluster, ns string) {
+	t.Helper()
+	name := "refuse-updates-" + ns
+	for _, o := range []client.Object{
+		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name}},
+		&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}},
+	} {
+		require.NoError(t, client.IgnoreNotFound(c.Env.Client.Delete(context.Background(), o)))
 	}
 }
