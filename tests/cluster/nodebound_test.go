@@ -58,6 +58,15 @@ func ourSlice(ns, resource, node string, endpointNodes ...string) *discoveryv1.E
 	return s
 }
 
+// asChunk names s as further chunk k of its resource, port and node (api/slicemeta
+// SliceKey.Chunk: "<resource>-<port>---<k>-<node>"), as the agent names the slices of a port
+// whose endpoints on the node are more than --max-endpoints-per-slice.
+func asChunk(s *discoveryv1.EndpointSlice, k int) *discoveryv1.EndpointSlice {
+	key := slicemeta.SliceKey{Resource: s.Labels[wellknown.LabelResource], Port: s.Labels[wellknown.LabelPort], Node: s.Annotations[wellknown.AnnotationNode], Chunk: k}
+	s.Name = key.Name()
+	return s
+}
+
 // podRef is the targetRef the agent writes for the Pod name of namespace ns.
 func podRef(ns, name string) *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: name, UID: types.UID("uid-of-pod-" + name)}
@@ -145,7 +154,8 @@ const (
 
 // TestTheAgentWritesOnlyItsOwnNodesSlicesAndLease runs as node-a's agent, with a token bound to
 // an agent pod on node-a, under the chart's policies: its own node's slices (created, changed,
-// taken over from a deleted resource of the same name, deleted) and its own Lease are admitted;
+// taken over from a deleted resource of the same name, deleted; also further chunks, named
+// <resource>-<port>---<k>-<node>) and its own Lease are admitted;
 // slices in system namespaces (the forged kube-dns slice), slices that name another node or
 // another resource or another manager, other nodes' slices and Leases, the controller's
 // election Lease and made-up agent Leases are refused with the policy's message.
@@ -184,6 +194,20 @@ func TestTheAgentWritesOnlyItsOwnNodesSlicesAndLease(t *testing.T) {
 			}
 			uid, rv := s.UID, s.ResourceVersion
 			return c.Delete(ctx, s, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+		}},
+		"it publishes, changes and removes a further chunk of its own node's slice": {do: func(ctx context.Context, c client.Client) error {
+			s := asChunk(ourSlice(tenant, "chunked", nodeA, nodeA, nodeA), 2)
+			if s.Name != "chunked-http---2-"+nodeA {
+				return fmt.Errorf("chunk 2 is named %s", s.Name)
+			}
+			if err := c.Create(ctx, s); err != nil {
+				return err
+			}
+			s.Endpoints[0].Conditions.Ready = ptr.To(false)
+			if err := c.Update(ctx, s); err != nil {
+				return err
+			}
+			return c.Delete(ctx, s)
 		}},
 		"it takes over its node's slice left by a deleted resource of the same name": {do: func(ctx context.Context, c client.Client) error {
 			s := created(t, ourSlice(tenant, "reborn", nodeA, nodeA))
@@ -281,6 +305,12 @@ func TestTheAgentWritesOnlyItsOwnNodesSlicesAndLease(t *testing.T) {
 			s.Labels[wellknown.LabelNode] = nodeA
 			s.Endpoints[0].NodeName = ptr.To(nodeA)
 			return c.Update(ctx, s)
+		}},
+		"a further chunk of node-b's slice is refused": {refusal: refusedNodeAnnotation, do: func(ctx context.Context, c client.Client) error {
+			return c.Create(ctx, asChunk(ourSlice(tenant, "chunked", nodeB, nodeB), 1))
+		}},
+		"deleting a further chunk of node-b's slice is refused": {refusal: refusedNodeAnnotation, do: func(ctx context.Context, c client.Client) error {
+			return c.Delete(ctx, created(t, asChunk(ourSlice(tenant, "chunked", nodeB, nodeB), 3)))
 		}},
 		"deleting node-b's slice is refused": {refusal: refusedNodeAnnotation, do: func(ctx context.Context, c client.Client) error {
 			return c.Delete(ctx, created(t, ourSlice(tenant, "db", nodeB, nodeB)))
