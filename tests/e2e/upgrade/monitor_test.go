@@ -6,6 +6,7 @@ package upgrade_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -92,13 +93,55 @@ type publishedSlice struct {
 	// key is the slice's identity apart from its name: resource, port, node, address type.
 	key       string
 	port      string // "<resource>/<port>"
+	node      string
 	endpoints map[string]string
+	// chunk is the chunk the name carries (slicemeta.ChunkOf): 0 for the common name
+	// <resource>-<port>-<node> (the only one of releases before chunks), k for
+	// <resource>-<port>---<k>-<node>.
+	chunk int
+}
+
+// endpointMove is an endpoint that left a slice while other slices of the same resource, port,
+// node and family already listed it: the only way an endpoint may leave a slice after Hold.
+type endpointMove struct {
+	At         time.Time
+	Port, Node string
+	Address    string
+	From       string
+	// FromChunk is the chunk of From; ToChunks are those of To, in the same order.
+	FromChunk int
+	To        []string
+	ToChunks  []int
+	// Deleted tells whether From was deleted (else it was updated without the endpoint).
+	Deleted bool
+}
+
+// intoChunk tells whether the move took the endpoint from the common-name slice into a chunk.
+func (mv endpointMove) intoChunk() bool {
+	return mv.FromChunk == 0 && slices.ContainsFunc(mv.ToChunks, func(c int) bool { return c > 0 })
+}
+
+// outOfChunk tells whether the move took the endpoint from a chunk into the common-name slice.
+func (mv endpointMove) outOfChunk() bool {
+	return mv.FromChunk > 0 && slices.Contains(mv.ToChunks, 0)
+}
+
+func (mv endpointMove) String() string {
+	how := "updated without it"
+	if mv.Deleted {
+		how = "deleted"
+	}
+	return fmt.Sprintf("%s %s %s: %s (chunk %d, %s) -> already in %v (chunks %v)",
+		mv.At.Format("15:04:05.000"), mv.Port, mv.Address, mv.From, mv.FromChunk, how, mv.To, mv.ToChunks)
 }
 
 // sliceMonitor follows the module's slices of a namespace and checks at every change that
-// every port keeps the endpoints it must keep ready and that a slice goes only once a slice
-// with the same resource, port, node and address type (its successor under another name)
-// exists.
+// every port keeps the endpoints it must keep ready, that an endpoint leaves a slice only when
+// another slice of the same resource, port, node and family already lists it (a move: into a
+// chunk, out of one, or to a renamed slice), and that a slice goes only once a slice with the
+// same resource, port, node and address type (its successor under another name, or the slice
+// its endpoints moved to) exists. The watch delivers the changes in the order the API server
+// made them, so "already lists it" is the state at the change that dropped the endpoint.
 type sliceMonitor struct {
 	mu     sync.Mutex
 	slices map[string]publishedSlice
@@ -106,6 +149,10 @@ type sliceMonitor struct {
 	keepReady  map[string][]string
 	violations []string
 	renames    []string
+	moves      []endpointMove
+	// lists counts the lists taken: after the first (the watch ended) the changes between two
+	// lists are judged against the second list's state, not one by one.
+	lists int
 	// changes are the events seen, "15:04:05.000 MODIFIED web-node-a map[10.0.0.2:TTF]".
 	changes []string
 }
@@ -113,10 +160,13 @@ type sliceMonitor struct {
 func describeSlice(s *discoveryv1.EndpointSlice) publishedSlice {
 	res := slicemeta.ResourceOf(s)
 	port, _ := slicemeta.PortOf(s)
+	node := slicemeta.NodeOf(s)
 	return publishedSlice{
-		key:       strings.Join([]string{res, port, slicemeta.NodeOf(s), string(s.AddressType)}, "|"),
+		key:       strings.Join([]string{res, port, node, string(s.AddressType)}, "|"),
 		port:      res + "/" + port,
+		node:      node,
 		endpoints: e2e.SliceEndpoints(s),
+		chunk:     slicemeta.ChunkOf(s.Name, res, port),
 	}
 }
 
@@ -144,22 +194,25 @@ func (m *sliceMonitor) violate(format string, args ...any) {
 	m.violations = append(m.violations, time.Now().Format("15:04:05.000 ")+fmt.Sprintf(format, args...))
 }
 
-// onList takes a fresh list: slices missing from it were deleted meanwhile.
+// onList takes a fresh list: slices missing from it were deleted meanwhile, endpoints missing
+// from a slice were dropped meanwhile (judged against the list's state).
 func (m *sliceMonitor) onList(items []runtime.Object) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	seen := map[string]bool{}
+	m.lists++
+	prev := m.slices
+	m.slices = map[string]publishedSlice{}
 	for _, o := range items {
 		s := o.(*discoveryv1.EndpointSlice)
-		if !slicemeta.IsManaged(s) {
-			continue
+		if slicemeta.IsManaged(s) {
+			m.slices[s.Name] = describeSlice(s)
 		}
-		seen[s.Name] = true
-		m.slices[s.Name] = describeSlice(s)
 	}
-	for name := range m.slices {
-		if !seen[name] {
-			m.deleted(name)
+	for _, name := range slices.Sorted(maps.Keys(prev)) {
+		if now, ok := m.slices[name]; ok {
+			m.dropped(name, prev[name], now.endpoints, false)
+		} else {
+			m.gone(name, prev[name])
 		}
 	}
 	m.check()
@@ -176,28 +229,71 @@ func (m *sliceMonitor) onEvent(ev watch.Event) {
 	if ev.Type == watch.Deleted {
 		m.deleted(s.Name)
 	} else {
+		was, existed := m.slices[s.Name]
 		m.slices[s.Name] = describeSlice(s)
+		if existed {
+			m.dropped(s.Name, was, m.slices[s.Name].endpoints, false)
+		}
 	}
 	m.check()
 }
 
-// deleted removes a slice, checking that its successor exists.
+// dropped judges the endpoints slice name listed (was) and lists no more (now; nil when it was
+// deleted): each must be listed already by another slice of the same resource, port, node and
+// family, else it left the Service (for a moment at least). m.slices holds the state after the
+// change.
+func (m *sliceMonitor) dropped(name string, was publishedSlice, now map[string]string, deleted bool) {
+	if m.keepReady == nil {
+		return
+	}
+	for _, addr := range slices.Sorted(maps.Keys(was.endpoints)) {
+		if _, still := now[addr]; still {
+			continue
+		}
+		mv := endpointMove{At: time.Now(), Port: was.port, Node: was.node, Address: addr, From: name, FromChunk: was.chunk, Deleted: deleted}
+		for _, other := range slices.Sorted(maps.Keys(m.slices)) {
+			s := m.slices[other]
+			if other == name || s.key != was.key {
+				continue
+			}
+			if _, ok := s.endpoints[addr]; ok {
+				mv.To = append(mv.To, other)
+				mv.ToChunks = append(mv.ToChunks, s.chunk)
+			}
+		}
+		if len(mv.To) == 0 {
+			m.violate("port %s: endpoint %s left slice %s (chunk %d, deleted %t) while no other slice of its resource, port, node and family listed it (slices: %v)",
+				was.port, addr, name, was.chunk, deleted, m.slicesOf(was.port))
+			continue
+		}
+		m.moves = append(m.moves, mv)
+	}
+}
+
+// deleted removes a slice and judges its going (gone).
 func (m *sliceMonitor) deleted(name string) {
-	gone, ok := m.slices[name]
+	was, ok := m.slices[name]
 	if !ok {
 		return
 	}
 	delete(m.slices, name)
+	m.gone(name, was)
+}
+
+// gone judges a slice deleted (no longer in m.slices): its endpoints must be listed elsewhere
+// (dropped) and its successor must exist.
+func (m *sliceMonitor) gone(name string, was publishedSlice) {
 	if m.keepReady == nil {
 		return
 	}
-	for other, s := range m.slices {
-		if s.key == gone.key {
+	m.dropped(name, was, nil, true)
+	for _, other := range slices.Sorted(maps.Keys(m.slices)) {
+		if m.slices[other].key == was.key {
 			m.renames = append(m.renames, name+" -> "+other)
 			return
 		}
 	}
-	m.violate("slice %s (%s) was deleted while no other slice published its resource, port, node and family", name, gone.key)
+	m.violate("slice %s (%s) was deleted while no other slice published its resource, port, node and family", name, was.key)
 }
 
 // check asserts that every port lists its kept addresses ready.
@@ -273,6 +369,31 @@ func (m *sliceMonitor) Report() (violations, renames, changes []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.violations), slices.Clone(m.renames), slices.Clone(m.changes)
+}
+
+// Moves are the endpoint moves seen since Hold, in order.
+func (m *sliceMonitor) Moves() []endpointMove {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.moves)
+}
+
+// Relists is how many times the watch ended and the slices were listed again.
+func (m *sliceMonitor) Relists() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return max(0, m.lists-1)
+}
+
+// Endpoints are the endpoints of every slice now, by slice name (address -> conditions).
+func (m *sliceMonitor) Endpoints() map[string]map[string]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]map[string]string, len(m.slices))
+	for name, s := range m.slices {
+		out[name] = maps.Clone(s.endpoints)
+	}
+	return out
 }
 
 // resourceStatus is what the status monitor holds every resource to.

@@ -7,10 +7,17 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 )
 
 func TestParseReleases(t *testing.T) {
@@ -217,4 +224,75 @@ func TestReleaseCommitsInAClone(t *testing.T) {
 	_, err = isHead(release{Version: "0.0.1", Commit: "0123456789abcdef"})
 	require.ErrorContains(t, err, "git fetch --unshallow")
 	assert.ErrorContains(t, err, "git fetch origin 0123456789abcdef")
+}
+
+// TestSliceMonitorEndpointMoves feeds the slice monitor the changes an agent makes when it
+// splits a port's endpoints on a node into a chunk and merges them back, in the publisher's
+// order (the receiving slice written first) and in the wrong one: only the wrong one is a
+// violation, and the right one is reported as a move into and out of a chunk.
+func TestSliceMonitorEndpointMoves(t *testing.T) {
+	const a, b = "10.0.0.2", "10.0.0.3"
+	common := slicemeta.SliceKey{Resource: "web", Node: "node-a"}
+	chunk := slicemeta.SliceKey{Resource: "web", Node: "node-a", Chunk: 1}
+	type change struct {
+		typ watch.EventType
+		key slicemeta.SliceKey
+		eps []string
+	}
+	cases := []struct {
+		name       string
+		changes    []change
+		violations int
+		into, out  bool
+	}{
+		{"split: chunk created, then the common slice updated", []change{
+			{watch.Added, chunk, []string{b}}, {watch.Modified, common, []string{a}},
+		}, 0, true, false},
+		{"split: the common slice updated before the chunk exists", []change{
+			{watch.Modified, common, []string{a}}, {watch.Added, chunk, []string{b}},
+		}, 1, false, false},
+		{"merge: the common slice updated, then the chunk deleted", []change{
+			{watch.Added, chunk, []string{b}}, {watch.Modified, common, []string{a}},
+			{watch.Modified, common, []string{a, b}}, {watch.Deleted, chunk, []string{b}},
+		}, 0, true, true},
+		{"merge: the chunk deleted before the common slice lists its endpoint", []change{
+			{watch.Added, chunk, []string{b}}, {watch.Modified, common, []string{a}},
+			{watch.Deleted, chunk, []string{b}}, {watch.Modified, common, []string{a, b}},
+		}, 1, true, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &sliceMonitor{slices: map[string]publishedSlice{}}
+			m.onList([]runtime.Object{monitoredSlice(common, a, b)})
+			_, err := m.Hold([]string{"web/"})
+			require.NoError(t, err)
+			for _, c := range tc.changes {
+				m.onEvent(watch.Event{Type: c.typ, Object: monitoredSlice(c.key, c.eps...)})
+			}
+			v, _, _ := m.Report()
+			// A lost endpoint is reported by the move rule, and as not ready until it is back.
+			if tc.violations == 0 {
+				assert.Empty(t, v)
+			} else {
+				require.NotEmpty(t, v)
+				assert.Contains(t, v[0], "endpoint "+b+" left slice")
+			}
+			moves := m.Moves()
+			assert.Equal(t, tc.into, slices.ContainsFunc(moves, endpointMove.intoChunk), "a move into the chunk: %v", moves)
+			assert.Equal(t, tc.out, slices.ContainsFunc(moves, endpointMove.outOfChunk), "a move out of the chunk: %v", moves)
+		})
+	}
+}
+
+// monitoredSlice is an IPv4 slice of the module for key listing the addresses ready.
+func monitoredSlice(key slicemeta.SliceKey, addrs ...string) *discoveryv1.EndpointSlice {
+	yes := true
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: key.Name(), Labels: key.Labels(), Annotations: key.Annotations()},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}
+	for _, addr := range addrs {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: &yes, Serving: &yes}})
+	}
+	return s
 }

@@ -6,9 +6,11 @@ package upgrade_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
 	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
@@ -44,6 +47,13 @@ const (
 	// unknownField is a field no release's schema has: what any field of a later release is to
 	// an earlier API server.
 	unknownField = "fieldOfALaterRelease"
+	// podsPerNode are the pods the example selects on each node.
+	podsPerNode = 2
+	// maxEndpointsPerSlice is HEAD's agent flag --max-endpoints-per-slice in the test (the
+	// previous release's agent has no such flag and publishes one slice per port and node):
+	// podsPerNode endpoints of a port on a node are that many slices under HEAD, the common
+	// name and chunks.
+	maxEndpointsPerSlice = 1
 )
 
 // kit holds the shared e2e helpers with the example's timing (failureThreshold 2).
@@ -77,12 +87,18 @@ type window struct {
 }
 
 // TestReleaseUpgradeAndRollbackUnderTraffic runs the newest release recorded in CHANGELOG.md
-// below HEAD (its CRD, its programs, its chart's flags, its docs/examples/vm.yaml) with a pod per
-// node, upgrades it to HEAD as the platform does (CRD, controller rollout, agents node by
-// node) and rolls it back the same way, with request loops through every Service port's
-// ClusterIP. Asserted: zero failed requests in every window (each with at least minInWindow
-// requests, answered by both pods); every port lists both pods ready in every state of the
-// slices; a slice goes only once its successor exists; every resource keeps its clusterIP,
+// below HEAD (its CRD, its programs, its chart's flags, its docs/examples/vm.yaml) with
+// podsPerNode pods per node, upgrades it to HEAD as the platform does (CRD, controller rollout,
+// agents node by node; HEAD's agents with --max-endpoints-per-slice=maxEndpointsPerSlice, so
+// they split each port's endpoints on a node into chunks) and rolls it back the same way (the
+// previous agent merges the chunks back into its one slice per port and node), with request
+// loops through every Service port's ClusterIP. Asserted: zero failed requests in every window
+// (each with at least minInWindow requests, answered by every pod); every port lists every pod
+// ready in every state of the slices; an endpoint leaves a slice only when another slice of its
+// port, node and family already lists it (into a chunk after the upgrade, out of it after the
+// rollback: both seen for every port and node); a slice goes only once its successor exists;
+// HEAD publishes the chunks under their names and the rollback leaves the names of the previous
+// release; every resource keeps its clusterIP,
 // its ready counts and its True conditions in every version seen; each step ran the programs
 // it should (the processes' executables); the fields HEAD's CRD adds are pruned under the old
 // CRD and a write carrying one is refused with strict field validation.
@@ -116,10 +132,10 @@ func TestReleaseUpgradeAndRollbackUnderTraffic(t *testing.T) {
 	}
 	waitAfter(t, loops, time.Now())
 
-	targets := len(resourcesOf(ports)) // one probe per resource, one pod per node
+	targets := len(resourcesOf(ports)) * podsPerNode // one probe per resource and pod
 	up := replace(t, s, "upgrade to HEAD", head, targets)
 	waitAfter(t, loops, up.To.Add(agentLostGrace))
-	afterUpgrade := sliceMon.Names()
+	afterUpgrade := requireSliceLayout(t, sliceMon, ports, c.Nodes, maxEndpointsPerSlice)
 	// The operator's manifests follow the docs: HEAD's example (any field it uses that the
 	// previous release lacks is now stored).
 	require.NoError(t, s.ApplyFile(ctx, ns, filepath.Join(head.ExampleDir, exampleFile)))
@@ -127,6 +143,8 @@ func TestReleaseUpgradeAndRollbackUnderTraffic(t *testing.T) {
 
 	down := replace(t, s, "rollback to v"+prev.Version, old, targets)
 	waitAfter(t, loops, down.To.Add(agentLostGrace))
+	afterRollback := requireSliceLayout(t, sliceMon, ports, c.Nodes, 0)
+	assert.Equal(t, before, afterRollback, "the rollback leaves the previous release's slice names")
 	requireNewFieldsIgnored(t, c, ns, ports, storedNew)
 	requireUnknownFieldRefused(t, c, ns, ports[0].Resource)
 
@@ -145,10 +163,12 @@ func TestReleaseUpgradeAndRollbackUnderTraffic(t *testing.T) {
 	}
 	violations, renames, changes := sliceMon.Report()
 	assert.Empty(t, violations, "the slices during the upgrade and the rollback")
+	moves := sliceMon.Moves()
+	requireMoves(t, moves, ports, c.Nodes, up, down)
 	statusViolations, seen := statusMon.Report()
 	assert.Empty(t, statusViolations, "the resources' status during the upgrade and the rollback")
-	t.Logf("slices before: %v, after the upgrade: %v, after the rollback: %v; renamed: %v; %d resource versions seen; slice changes:\n  %s",
-		before, afterUpgrade, sliceMon.Names(), renames, seen, strings.Join(changes, "\n  "))
+	t.Logf("slices before: %v, after the upgrade: %v, after the rollback: %v; deleted -> successor: %v; %d resource versions seen; %d relists of the slices; endpoint moves:\n  %s\nslice changes:\n  %s",
+		before, afterUpgrade, afterRollback, renames, seen, sliceMon.Relists(), joinMoves(moves), strings.Join(changes, "\n  "))
 	t.Logf("FIGURES scenario=release-upgrade from=v%s upgrade=%s rollback=%s", prev.Version,
 		up.To.Sub(up.From).Round(time.Millisecond), down.To.Sub(down.From).Round(time.Millisecond))
 	for _, p := range ports {
@@ -180,6 +200,9 @@ func versions(t *testing.T, prev builtRelease) (old, head programs) {
 	head = programs{Name: "HEAD", CRD: filepath.Join(root, "crds", crdFile), Bins: headBins, ExampleDir: root}
 	head.ControllerArgs, head.AgentArgs, err = chartArgs("", values)
 	require.NoError(t, err, "HEAD's chart")
+	// The chart does not render the flag (the default, 100, is the built-in controller's); a
+	// small one makes HEAD publish chunks with a few pods. Only HEAD's agent knows it.
+	head.AgentArgs = append(head.AgentArgs, "--max-endpoints-per-slice="+strconv.Itoa(maxEndpointsPerSlice))
 	t.Logf("v%s flags: controller %v, agent %v; HEAD's: controller %v, agent %v", prev.Version,
 		old.ControllerArgs, old.AgentArgs, head.ControllerArgs, head.AgentArgs)
 	return old, head
@@ -226,17 +249,18 @@ func examplePorts(t *testing.T, path string) []servicePort {
 	return out
 }
 
-// startPods starts one pod per node selected by the example (vm: mail-1) serving every
-// target port.
+// startPods starts podsPerNode pods per node selected by the example (vm: mail-1) serving
+// every target port.
 func startPods(t *testing.T, c *cluster.Cluster, ns string) []*cluster.Pod {
 	t.Helper()
 	var pods []*cluster.Pod
-	for _, n := range c.Nodes {
+	for i := range podsPerNode * len(c.Nodes) {
+		n := c.Nodes[i%len(c.Nodes)]
 		var cps []corev1.ContainerPort
 		for target := range protocols {
 			cps = append(cps, corev1.ContainerPort{ContainerPort: target, Protocol: corev1.ProtocolTCP})
 		}
-		p := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "mail-1-" + n.Name, Node: n.Name,
+		p := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: fmt.Sprintf("mail-1-%s-%d", n.Name, i/len(c.Nodes)), Node: n.Name,
 			Labels: map[string]string{"vm": "mail-1"}, ContainerPorts: cps})
 		for target, proto := range protocols {
 			switch proto {
@@ -491,4 +515,64 @@ func conditionTypes(conds []any) []string {
 		out = append(out, fmt.Sprintf("%v=%v", m["type"], m["status"]))
 	}
 	return out
+}
+
+// requireSliceLayout waits until every port has, on every node, the slices its podsPerNode
+// endpoints fill with perSlice endpoints a slice (0: all in one, the previous release's one
+// slice per port and node): the common name <resource>-<port>-<node> and the chunks
+// <resource>-<port>---<k>-<node> (slicemeta.SliceKey.Chunk), each listing its share of the
+// node's endpoints, all ready. It returns the slices' names, sorted.
+func requireSliceLayout(t *testing.T, sliceMon *sliceMonitor, ports []servicePort, nodes []cluster.NodeInfo, perSlice int) []string {
+	t.Helper()
+	if perSlice == 0 {
+		perSlice = podsPerNode
+	}
+	chunks := (podsPerNode + perSlice - 1) / perSlice
+	want := map[string]int{} // name -> endpoints
+	for _, p := range ports {
+		for _, n := range nodes {
+			for k := range chunks {
+				want[slicemeta.SliceKey{Resource: p.Resource, Port: p.Name, Node: n.Name, Chunk: k}.Name()] = min(perSlice, podsPerNode-k*perSlice)
+			}
+		}
+	}
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		got := sliceMon.Endpoints()
+		assert.ElementsMatch(ct, slices.Collect(maps.Keys(want)), slices.Collect(maps.Keys(got)), "the slices' names")
+		for name, eps := range got {
+			assert.Len(ct, eps, want[name], "endpoints of %s: %v", name, eps)
+			for a, conds := range eps {
+				assert.True(ct, strings.HasPrefix(conds, "T"), "%s lists %s ready: %s", name, a, conds)
+			}
+		}
+	}, kit.WaitFor, kit.Poll)
+	return sliceMon.Names()
+}
+
+// requireMoves asserts that the upgrade moved an endpoint of every port on every node from
+// the common-name slice into a chunk and the rollback moved one back out of a chunk (the
+// monitor judged each move safe: the receiving slice already listed it).
+func requireMoves(t *testing.T, moves []endpointMove, ports []servicePort, nodes []cluster.NodeInfo, up, down window) {
+	t.Helper()
+	for _, p := range ports {
+		for _, n := range nodes {
+			into := slices.ContainsFunc(moves, func(mv endpointMove) bool {
+				return mv.Port == p.key() && mv.Node == n.Name && mv.intoChunk() && !mv.At.Before(up.From) && mv.At.Before(down.From)
+			})
+			assert.True(t, into, "%s on %s: the upgrade moved an endpoint from the common slice into a chunk", p.key(), n.Name)
+			out := slices.ContainsFunc(moves, func(mv endpointMove) bool {
+				return mv.Port == p.key() && mv.Node == n.Name && mv.outOfChunk() && !mv.At.Before(down.From)
+			})
+			assert.True(t, out, "%s on %s: the rollback moved an endpoint from a chunk into the common slice", p.key(), n.Name)
+		}
+	}
+}
+
+// joinMoves is the moves, one a line.
+func joinMoves(moves []endpointMove) string {
+	out := make([]string, 0, len(moves))
+	for _, mv := range moves {
+		out = append(out, mv.String())
+	}
+	return strings.Join(out, "\n  ")
 }
