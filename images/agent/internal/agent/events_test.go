@@ -5,6 +5,7 @@ package agent_test
 
 import (
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -168,4 +169,42 @@ func TestReadinessEventsAreRateLimitedPerPod(t *testing.T) {
 			assert.Contains(ct, w[0].note, "pod calm, port http:")
 		}
 	}, time.Minute, 100*time.Millisecond, "the other pod's transition is an Event of its own")
+}
+
+// The rate limit is per pod and port: a pod going out on a second port while the Event of its
+// first is still tracked by the events broadcaster gets an Event of its own, with its own note.
+// (With the same action for every port, client-go merged the second into a series of the
+// first, whose note names the first port: the second port's reason was nowhere in the Events.)
+func TestASecondPortOfAPodGetsAnEventOfItsOwn(t *testing.T) {
+	c := testCluster(t)
+	ns := c.Env.CreateNamespaceForTest(t, "events-ports")
+	labels := map[string]string{"app": "web"}
+	pod := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "two", Node: "node-a", Labels: labels, ContainerPorts: vmPorts})
+	first := pod.ServeHTTP(t, 8080)
+	second := pod.ServeHTTP(t, 8081)
+	events := watchEvents(t, c, ns)
+	createResource(t, c, ns, "web", labels, []v1alpha1.ServicePort{
+		namedPort("first", 80, intstr.FromInt32(8080)), namedPort("second", 81, intstr.FromInt32(8081)),
+	}, httpProbe(intstr.FromInt32(8080), 1, 1), httpProbe(intstr.FromInt32(8081), 1, 1))
+	startAgent(t, c, "node-a")
+	eventuallySlices(t, c, ns, "web", map[string]map[string]string{"web-first-node-a": {ip(pod): "TTF"}, "web-second-node-a": {ip(pod): "TTF"}})
+
+	first.SetHTTPStatus(http.StatusServiceUnavailable)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.Len(ct, events.about("two", agent.ReasonPortNotReady), 1)
+	}, time.Minute, 100*time.Millisecond, "the first port's Event")
+	second.SetHTTPStatus(http.StatusInternalServerError)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		names := map[string]string{}
+		for _, e := range events.about("two", agent.ReasonPortNotReady) {
+			names[e.name] = e.note
+		}
+		assert.Len(ct, names, 2, "two Events: %v", names)
+		var notes []string
+		for _, n := range names {
+			notes = append(notes, n)
+		}
+		assert.Contains(ct, strings.Join(notes, "\n"), "pod two, port first: probe 0 (HTTP): HTTP 503")
+		assert.Contains(ct, strings.Join(notes, "\n"), "pod two, port second: probe 1 (HTTP): HTTP 500")
+	}, time.Minute, 100*time.Millisecond, "the second port's Event is its own, with its note")
 }

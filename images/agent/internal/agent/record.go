@@ -122,6 +122,20 @@ func planned(d Decision, name string) bool {
 // to it, or the API server would refuse the Event and the transition would go unreported.
 const MaxNoteBytes = 1024
 
+// actionOf is the action of a transition's Event: base, then "/" and the port. client-go's
+// events broadcaster merges the Events of one type, action, reason, regarding and related object
+// into a series of the first one, which keeps the first note: with the action alone, a pod's
+// second port going out within minutes of its first was only a count on the first port's Event
+// (its note, naming the other port, was lost). The port in the action keeps the series per pod
+// and port, as the rate limit means (development/AGENT.md, "Events"). Port names are at most 15
+// characters, far within the action's 128.
+func actionOf(base string, t Transition) string {
+	if t.Port == "" {
+		return base
+	}
+	return base + "/" + t.Port
+}
+
 // noteOf is the note of a transition's Event: "pod db-1, port postgres: query returned false"
 // ("pod db-1: ..." for a resource without ports), at most MaxNoteBytes long.
 func noteOf(t Transition) string {
@@ -192,11 +206,11 @@ func (r *Reconciler) reportTransitions(swh *v1alpha1.ServiceWithHealthchecks, ha
 			pod := t.Pod
 			switch {
 			case t.Drain != DrainNone:
-				r.Recorder.Eventf(swh, &pod, corev1.EventTypeNormal, drainReason(t), "Drain", "%s", noteOf(t))
+				r.Recorder.Eventf(swh, &pod, corev1.EventTypeNormal, drainReason(t), actionOf("Drain", t), "%s", noteOf(t))
 			case t.Serving:
-				r.Recorder.Eventf(swh, &pod, corev1.EventTypeNormal, ReasonPortReady, "Probe", "%s", noteOf(t))
+				r.Recorder.Eventf(swh, &pod, corev1.EventTypeNormal, ReasonPortReady, actionOf("Probe", t), "%s", noteOf(t))
 			default:
-				r.Recorder.Eventf(swh, &pod, corev1.EventTypeWarning, ReasonPortNotReady, "Probe", "%s", noteOf(t))
+				r.Recorder.Eventf(swh, &pod, corev1.EventTypeWarning, ReasonPortNotReady, actionOf("Probe", t), "%s", noteOf(t))
 			}
 			r.Metrics.TransitionEvents.WithLabelValues("one").Inc()
 		}
