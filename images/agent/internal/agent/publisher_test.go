@@ -4,7 +4,6 @@
 package agent_test
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -14,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	discoveryv1ac "k8s.io/client-go/applyconfigurations/discovery/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
@@ -217,7 +214,7 @@ func onePodResource(t *testing.T, c *cluster.Cluster, ns, ip string) (*v1alpha1.
 // further chunk into the first: when the update of the first is refused, the chunk is not
 // deleted, so the endpoint stays in a slice until the retry writes the first and then deletes
 // the chunk. The API server refuses the update through a ValidatingAdmissionPolicy of this
-// test's namespace.
+// test's namespace (refuseSliceUpdates).
 func TestAMergedChunkIsDeletedOnlyOnceTheSliceReceivingItsEndpointsIsWritten(t *testing.T) {
 	c := testCluster(t)
 	ns := c.Env.CreateNamespaceForTest(t, "merge")
@@ -261,7 +258,8 @@ func TestAMergedChunkIsDeletedOnlyOnceTheSliceReceivingItsEndpointsIsWritten(t *
 	require.Len(t, merge.Delete, 1)
 	require.Equal(t, "web-http---1-node-a", merge.Delete[0].Name)
 
-	refuseUpdates(t, c, ns, "web-http-node-a")
+	lift := refuseSliceUpdates(t, c, ns, "web")
+	require.Eventually(t, func() bool { return refused(t, c, ns, "web-http-node-a") }, 30*time.Second, 50*time.Millisecond, "the policy refuses the update")
 	_, err = pub.Apply(t.Context(), merge)
 	require.ErrorContains(t, err, "updating EndpointSlice web-http-node-a")
 	require.ErrorContains(t, err, "waits for the retry of the failed write")
@@ -271,7 +269,7 @@ func TestAMergedChunkIsDeletedOnlyOnceTheSliceReceivingItsEndpointsIsWritten(t *
 	assert.Contains(t, addresses(kept), moved)
 
 	// The retry once updates are allowed again: the first slice lists both, then the chunk goes.
-	allowUpdates(t, c, ns)
+	lift()
 	require.Eventually(t, func() bool {
 		_, _ = pub.Apply(t.Context(), plan(pods[0], pods[4]))
 		cur := existing()
@@ -287,51 +285,4 @@ func addresses(s *discoveryv1.EndpointSlice) []string {
 		out = append(out, e.Addresses...)
 	}
 	return out
-}
-
-// refuseUpdates makes the API server refuse every update of the named slice of the namespace
-// (a ValidatingAdmissionPolicy and its binding, removed by allowUpdates or at the test's end),
-// and waits until it does.
-func refuseUpdates(t *testing.T, c *cluster.Cluster, ns, name string) {
-	t.Helper()
-	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "refuse-updates-" + ns},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
-					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"discovery.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"endpointslices"}},
-				},
-			}}},
-			MatchConditions: []admissionregistrationv1.MatchCondition{{Name: "this-test", Expression: fmt.Sprintf("request.namespace == %q && request.name == %q", ns, name)}},
-			Validations:     []admissionregistrationv1.Validation{{Expression: "false", Message: "updates refused by the test"}},
-		},
-	}
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
-		Spec:       admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policy.Name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
-	}
-	require.NoError(t, c.Env.Client.Create(t.Context(), policy))
-	require.NoError(t, c.Env.Client.Create(t.Context(), binding))
-	t.Cleanup(func() { allowUpdates(t, c, ns) })
-	require.Eventually(t, func() bool {
-		cur := &discoveryv1.EndpointSlice{}
-		if err := c.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, cur); err != nil {
-			return false
-		}
-		return apierrors.IsInvalid(c.Env.Client.Update(t.Context(), cur, client.DryRunAll))
-	}, 30*time.Second, 50*time.Millisecond, "the policy refuses updates of %s", name)
-}
-
-// allowUpdates removes refuseUpdates' policy and waits until updates pass again.
-func allowUpdates(t *testing.T, c *cluster.Cluster, ns string) {
-	t.Helper()
-	name := "refuse-updates-" + ns
-	for _, o := range []client.Object{
-		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name}},
-		&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}},
-	} {
-		require.NoError(t, client.IgnoreNotFound(c.Env.Client.Delete(context.Background(), o)))
-	}
 }
