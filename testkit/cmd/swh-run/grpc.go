@@ -84,22 +84,9 @@ func (d *demo) setGRPC(st healthpb.HealthCheckResponse_ServingStatus) (string, e
 // (what a client of the orders service needs), its pod named by the server's "pod/<name>"
 // service.
 func (l *loop) runGRPC(ctx context.Context) {
-	start := time.Now()
-	res := cluster.Result{Start: start}
-	ip, err := l.d.serviceIP(ctx, l.service)
-	if err == nil {
-		res.Pod, err = grpcRequest(ctx, net.JoinHostPort(ip, strconv.Itoa(int(l.port))), loopTimeout)
-	}
-	res.Duration = time.Since(start)
-	if ctx.Err() != nil {
-		return
-	}
-	res.OK = err == nil
-	if err != nil {
-		res.Err = err.Error()
-	}
-	l.add(res)
-	sleep(ctx, loopInterval-time.Since(start))
+	l.runOne(ctx, loopInterval, func(ip string) (string, error) {
+		return grpcRequest(ctx, net.JoinHostPort(ip, strconv.Itoa(int(l.port))), loopTimeout)
+	})
 }
 
 // grpcRequest calls the health service's List at addr on a new connection.

@@ -124,11 +124,19 @@ func (l *loop) runChunk(ctx context.Context) {
 
 // runPG sends one PostgreSQL request and waits for the next interval.
 func (l *loop) runPG(ctx context.Context) {
+	l.runOne(ctx, pgInterval, func(ip string) (string, error) {
+		return l.d.pgRequest(ctx, ip, l.proto == protoPGWrite, loopTimeout)
+	})
+}
+
+// runOne sends one request through the Service's ClusterIP (request names the pod that
+// answered), records it and waits for the rest of interval.
+func (l *loop) runOne(ctx context.Context, interval time.Duration, request func(ip string) (string, error)) {
 	start := time.Now()
 	res := cluster.Result{Start: start}
 	ip, err := l.d.serviceIP(ctx, l.service)
 	if err == nil {
-		res.Pod, err = l.d.pgRequest(ctx, ip, l.proto == protoPGWrite, loopTimeout)
+		res.Pod, err = request(ip)
 	}
 	res.Duration = time.Since(start)
 	if ctx.Err() != nil {
@@ -139,7 +147,7 @@ func (l *loop) runPG(ctx context.Context) {
 		res.Err = err.Error()
 	}
 	l.add(res)
-	sleep(ctx, pgInterval-time.Since(start))
+	sleep(ctx, interval-time.Since(start))
 }
 
 func sleep(ctx context.Context, d time.Duration) {
