@@ -120,7 +120,7 @@ func TestAPortBeyondTheSliceSizeIsSplitIntoChunksAndMergedBack(t *testing.T) {
 
 	// A controller resync: the new leader reconciles the resource (its status gauges count the
 	// endpoints of all chunks) and audits every live slice; none of the chunks goes.
-	uids := sliceUIDs(t, c, ns)
+	uids := sliceField(t, c, ns, sliceUID)
 	kit.ChangeLeader(t, s)
 	leader, err := s.Leader()
 	require.NoError(t, err)
@@ -136,7 +136,7 @@ func TestAPortBeyondTheSliceSizeIsSplitIntoChunksAndMergedBack(t *testing.T) {
 
 	// One pod of chunk 1 fails its probe: only chunk 1 is written.
 	victim := podAt(t, pods, layout[chunk1])
-	before := sliceVersions(t, c, ns)
+	before := sliceField(t, c, ns, sliceVersion)
 	failing := time.Now()
 	health[ip(victim)].SetHTTPStatus(503)
 	want := map[string]map[string]string{}
@@ -160,7 +160,7 @@ func TestAPortBeyondTheSliceSizeIsSplitIntoChunksAndMergedBack(t *testing.T) {
 		assert.Equal(ct, []v1alpha1.NotReadyPod{{Pod: victim.Name, Node: "node-a", Reason: "probe 0 (HTTP): HTTP 503"}}, p.NotReady)
 	}, waitFor, poll, "the status counts every chunk and names %s", victim.Name)
 	waitProbes(t, health[ip(victim)]) // the probes go on: anything they would write is written
-	after := sliceVersions(t, c, ns)
+	after := sliceField(t, c, ns, sliceVersion)
 	for name, rv := range before {
 		if name != chunk1 {
 			assert.Equal(t, rv, after[name], "slice %s is not written when a pod of %s fails", name, chunk1)
@@ -185,7 +185,7 @@ func TestAPortBeyondTheSliceSizeIsSplitIntoChunksAndMergedBack(t *testing.T) {
 			assert.Empty(t, note, "no note on %s", name)
 		}
 	}
-	for name, uid := range sliceUIDs(t, c, ns) {
+	for name, uid := range sliceField(t, c, ns, sliceUID) {
 		assert.Equal(t, uids[name], uid, "slice %s is the one published before the leader change", name)
 	}
 
@@ -305,29 +305,22 @@ func without(pods []*cluster.Pod, p *cluster.Pod) []*cluster.Pod {
 	return out
 }
 
-// sliceVersions are the resourceVersions of the namespace's slices by name.
-func sliceVersions(t *testing.T, c *cluster.Cluster, ns string) map[string]string {
+// sliceField is one field of each of the resource web's slices in the namespace, by name: the
+// resourceVersion (a write) or the UID (a recreation).
+func sliceField[V any](t *testing.T, c *cluster.Cluster, ns string, field func(*discoveryv1.EndpointSlice) V) map[string]V {
 	t.Helper()
 	_, bySlice, err := e2e.SlicesOf(t.Context(), c, ns, "web")
 	require.NoError(t, err)
-	out := map[string]string{}
+	out := map[string]V{}
 	for name, s := range bySlice {
-		out[name] = s.ResourceVersion
+		out[name] = field(&s)
 	}
 	return out
 }
 
-// sliceUIDs are the UIDs of the namespace's slices by name.
-func sliceUIDs(t *testing.T, c *cluster.Cluster, ns string) map[string]types.UID {
-	t.Helper()
-	_, bySlice, err := e2e.SlicesOf(t.Context(), c, ns, "web")
-	require.NoError(t, err)
-	out := map[string]types.UID{}
-	for name, s := range bySlice {
-		out[name] = s.UID
-	}
-	return out
-}
+func sliceVersion(s *discoveryv1.EndpointSlice) string { return s.ResourceVersion }
+
+func sliceUID(s *discoveryv1.EndpointSlice) types.UID { return s.UID }
 
 // ownedSlices counts the module's slices in the cluster whose resource lives and owns them: the
 // slices a new controller leader audits (a slice of a gone resource is the garbage collector's).
