@@ -38,6 +38,9 @@ type Observed struct {
 	// MaxEndpointsPerSlice is how many endpoints one slice holds before its group is split
 	// into chunks (0: sliceplan.DefaultMaxEndpointsPerSlice).
 	MaxEndpointsPerSlice int
+	// Now is when the reconcile observed: the trigger time of a write no probe result caused
+	// (sliceplan.StampTriggers). Zero stamps nothing (tests of a plan's content).
+	Now time.Time
 }
 
 // Budget is how many of a resource's targets, in the order Decide lists them (pods by name,
@@ -155,6 +158,9 @@ func Decide(o Observed) Decision {
 	}
 	d.Desired = sliceplan.Compute(sliceplan.Input{Resource: swh, Node: o.Node, Zone: o.Zone, Pods: pods, Existing: own, MaxEndpointsPerSlice: o.MaxEndpointsPerSlice})
 	d.Plan = sliceplan.Diff(swh.Name, swh.UID, o.Node, d.Desired, existing)
+	if !o.Now.IsZero() {
+		sliceplan.StampTriggers(&d.Plan, d.Desired, existing, o.Now)
+	}
 	// Transitions are reported with the slices that carry them once those are written: without
 	// a slice to create or update there is nothing to report them with (the steady state).
 	if len(d.Plan.Create)+len(d.Plan.Update) > 0 {

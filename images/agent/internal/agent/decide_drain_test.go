@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
@@ -38,13 +39,31 @@ func before(pods []*corev1.Pod, state map[string]map[int]portrule.State) func(*v
 	}
 }
 
+// v020Drain turns the slices of existing into what v0.2.0 published for a drained pod: not
+// ready, serving, not terminating (the triple Cilium 1.15 reads as an active backend).
+func v020Drain(existing func(*v1alpha1.ServiceWithHealthchecks, []*corev1.Pod) []*discoveryv1.EndpointSlice) func(*v1alpha1.ServiceWithHealthchecks, []*corev1.Pod) []*discoveryv1.EndpointSlice {
+	return func(swh *v1alpha1.ServiceWithHealthchecks, pods []*corev1.Pod) []*discoveryv1.EndpointSlice {
+		out := existing(swh, pods)
+		for _, s := range out {
+			for i := range s.Endpoints {
+				c := &s.Endpoints[i].Conditions
+				if !*c.Ready && *c.Serving {
+					c.Terminating = ptr.To(false)
+				}
+			}
+		}
+		return out
+	}
+}
+
 func withPublishNotReady(swh *v1alpha1.ServiceWithHealthchecks) *v1alpha1.ServiceWithHealthchecks {
 	swh.Spec.PublishNotReadyAddresses = true
 	return swh
 }
 
 // Rule 8 in the decide step: the drain annotation takes a pod's ports out of new connections
-// (ready=false, serving as probed, not terminating), and its changes are transitions.
+// (ready=false, serving as probed, terminating when serving: the triple kube-proxy and Cilium
+// read alike), and its changes are transitions.
 func TestDecideDrain(t *testing.T) {
 	pass, fail := portrule.Pass, portrule.Fail
 	both := func(s portrule.State) map[string]map[int]portrule.State {
@@ -69,8 +88,8 @@ func TestDecideDrain(t *testing.T) {
 			state:    both(pass),
 			existing: before([]*corev1.Pod{vmPod("vm-1"), vmPod("vm-2")}, both(pass)),
 			slices: map[string][]string{
-				"vm-web-node-a":  {"10.0.0.1=FTF", "10.0.0.2=TTF"},
-				"vm-smtp-node-a": {"10.0.0.1=FTF", "10.0.0.2=TTF"},
+				"vm-web-node-a":  {"10.0.0.1=FTT", "10.0.0.2=TTF"},
+				"vm-smtp-node-a": {"10.0.0.1=FTT", "10.0.0.2=TTF"},
 			},
 			transitions: []string{"pod vm-1, port smtp" + drainedNote, "pod vm-1, port web" + drainedNote},
 		},
@@ -92,7 +111,7 @@ func TestDecideDrain(t *testing.T) {
 			existing: before([]*corev1.Pod{vmPod("vm-1"), vmPod("vm-2")}, both(pass)),
 			slices: map[string][]string{
 				"vm-web-node-a":  {"10.0.0.1=TTF", "10.0.0.2=TTF"},
-				"vm-smtp-node-a": {"10.0.0.1=FTF", "10.0.0.2=TTF"},
+				"vm-smtp-node-a": {"10.0.0.1=FTT", "10.0.0.2=TTF"},
 			},
 			transitions: []string{"pod vm-1, port smtp" + drainedNote},
 		},
@@ -112,10 +131,32 @@ func TestDecideDrain(t *testing.T) {
 			state:    both(pass),
 			existing: before([]*corev1.Pod{vmPod("vm-1"), vmPod("vm-2")}, both(pass)),
 			slices: map[string][]string{
-				"vm-web-node-a":  {"10.0.0.1=FTF", "10.0.0.2=TTF"},
+				"vm-web-node-a":  {"10.0.0.1=FTT", "10.0.0.2=TTF"},
 				"vm-smtp-node-a": {"10.0.0.1=TTF", "10.0.0.2=TTF"},
 			},
 			transitions: []string{"pod vm-1, port web" + drainedNote},
+		},
+		"a drain published by v0.2.0 (not terminating) is rewritten terminating, without a transition": {
+			silentWrite: true,
+			swh:         vm(webProbe, smtpProbe),
+			pods:        []*corev1.Pod{vmPod("vm-1", drained("vm")), vmPod("vm-2")},
+			state:       both(pass),
+			existing:    v020Drain(before([]*corev1.Pod{vmPod("vm-1", drained("vm")), vmPod("vm-2")}, both(pass))),
+			slices: map[string][]string{
+				"vm-web-node-a":  {"10.0.0.1=FTT", "10.0.0.2=TTF"},
+				"vm-smtp-node-a": {"10.0.0.1=FTT", "10.0.0.2=TTF"},
+			},
+		},
+		"undraining a pod drained by v0.2.0 is an undrain": {
+			swh:      vm(webProbe, smtpProbe),
+			pods:     []*corev1.Pod{vmPod("vm-1"), vmPod("vm-2")},
+			state:    both(pass),
+			existing: v020Drain(before([]*corev1.Pod{vmPod("vm-1", drained("vm")), vmPod("vm-2")}, both(pass))),
+			slices: map[string][]string{
+				"vm-web-node-a":  {"10.0.0.1=TTF", "10.0.0.2=TTF"},
+				"vm-smtp-node-a": {"10.0.0.1=TTF", "10.0.0.2=TTF"},
+			},
+			transitions: []string{"pod vm-1, port smtp" + undrainedNote, "pod vm-1, port web" + undrainedNote},
 		},
 		"a pod drained already is no transition and no write": {
 			swh:      vm(webProbe, smtpProbe),
@@ -123,8 +164,8 @@ func TestDecideDrain(t *testing.T) {
 			state:    both(pass),
 			existing: before([]*corev1.Pod{vmPod("vm-1", drained("vm")), vmPod("vm-2")}, both(pass)),
 			slices: map[string][]string{
-				"vm-web-node-a":  {"10.0.0.1=FTF", "10.0.0.2=TTF"},
-				"vm-smtp-node-a": {"10.0.0.1=FTF", "10.0.0.2=TTF"},
+				"vm-web-node-a":  {"10.0.0.1=FTT", "10.0.0.2=TTF"},
+				"vm-smtp-node-a": {"10.0.0.1=FTT", "10.0.0.2=TTF"},
 			},
 		},
 		"a failing pod that is drained publishes nothing new: no drain to report": {
@@ -143,7 +184,7 @@ func TestDecideDrain(t *testing.T) {
 			state:    both(pass),
 			existing: before([]*corev1.Pod{vmPod("vm-1", drained("vm/web")), vmPod("vm-2")}, map[string]map[int]portrule.State{"vm-1": {0: fail, 1: pass}, "vm-2": {0: pass, 1: pass}}),
 			slices: map[string][]string{
-				"vm-web-node-a":  {"10.0.0.1=FTF", "10.0.0.2=TTF"},
+				"vm-web-node-a":  {"10.0.0.1=FTT", "10.0.0.2=TTF"},
 				"vm-smtp-node-a": {"10.0.0.1=TTF", "10.0.0.2=TTF"},
 			},
 			transitions: []string{"pod vm-1, port web: probes pass; drained by annotation network.deckhouse.io/drain: no new connections until the annotation is removed"},
@@ -187,8 +228,8 @@ func TestDecideDrain(t *testing.T) {
 			state:       map[string]map[int]portrule.State{"vm-2": {0: pass, 1: pass}},
 			existing:    before([]*corev1.Pod{vmPod("vm-1"), vmPod("vm-2")}, both(pass)),
 			slices: map[string][]string{
-				"vm-web-node-a":  {"10.0.0.1=FTF", "10.0.0.2=TTF"},
-				"vm-smtp-node-a": {"10.0.0.1=FTF", "10.0.0.2=TTF"},
+				"vm-web-node-a":  {"10.0.0.1=FTT", "10.0.0.2=TTF"},
+				"vm-smtp-node-a": {"10.0.0.1=FTT", "10.0.0.2=TTF"},
 			},
 		},
 		"an unprobed port following the pod's Ready condition is drained too": {
@@ -197,7 +238,7 @@ func TestDecideDrain(t *testing.T) {
 			existing: before([]*corev1.Pod{vmPod("vm-1"), vmPod("vm-2")}, nil),
 			slices: map[string][]string{
 				"vm-web-node-a":  {"10.0.0.1=TTF", "10.0.0.2=TTF"},
-				"vm-smtp-node-a": {"10.0.0.1=FTF", "10.0.0.2=TTF"},
+				"vm-smtp-node-a": {"10.0.0.1=FTT", "10.0.0.2=TTF"},
 			},
 			transitions: []string{"pod vm-1, port smtp" + drainedNote},
 		},
@@ -210,7 +251,7 @@ func TestDecideDrain(t *testing.T) {
 			pods:        []*corev1.Pod{vmPod("vm-1", drained("vm")), vmPod("vm-2", drained("vm/web"))},
 			state:       both(pass),
 			existing:    before([]*corev1.Pod{vmPod("vm-1"), vmPod("vm-2")}, both(pass)),
-			slices:      map[string][]string{"vm-node-a": {"10.0.0.1=FTF", "10.0.0.2=TTF"}},
+			slices:      map[string][]string{"vm-node-a": {"10.0.0.1=FTT", "10.0.0.2=TTF"}},
 			transitions: []string{"pod vm-1" + drainedNote},
 		},
 	}
@@ -247,7 +288,7 @@ func TestDrainChanged(t *testing.T) {
 		"a ready port drained while it starts to fail":       {ready, verdict{drained: true}, false, DrainNone},
 		"a drained port undrained":                           {servingOnly, verdict{ready: true, serving: true}, false, DrainEnded},
 		"a failing port undrained: nothing changes":          {notReady, verdict{}, false, DrainNone},
-		"a terminating port drained":                         {carried | carriedServing | carriedTerminating, verdict{drained: true, serving: true, terminating: true}, false, DrainNone},
+		"a terminating port drained":                         {carried | carriedServing, verdict{drained: true, serving: true, terminating: true}, false, DrainNone},
 		"publishNotReadyAddresses: a failing port drained":   {carried | carriedReady, verdict{drained: true}, true, DrainStarted},
 		"publishNotReadyAddresses: a failing port undrained": {notReady, verdict{ready: true}, true, DrainEnded},
 		"a ready port undrained: it was never drained":       {ready, verdict{ready: true, serving: true}, false, DrainNone},

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -102,6 +103,7 @@ func (r *Reconciler) observe(ctx context.Context, res types.NamespacedName) (Obs
 		Budget:   r.budgetOf(res),
 
 		MaxEndpointsPerSlice: r.MaxEndpointsPerSlice,
+		Now:                  time.Now(),
 	}, nil
 }
 

@@ -62,7 +62,6 @@ const (
 	carried uint8 = 1 << iota
 	carriedReady
 	carriedServing
-	carriedTerminating
 )
 
 // carriedStates are the carried conditions of the pods (by index) on every port slot.
@@ -89,9 +88,6 @@ func carriedStates(swh *v1alpha1.ServiceWithHealthchecks, index map[types.UID]in
 			}
 			if e.Conditions.Serving == nil || *e.Conditions.Serving {
 				st |= carriedServing
-			}
-			if e.Conditions.Terminating != nil && *e.Conditions.Terminating {
-				st |= carriedTerminating
 			}
 			before[i*slotsPerPod+slot] |= st
 		}
@@ -120,16 +116,19 @@ func servingChanged(before uint8, v verdict) bool {
 // changes whether the port takes new connections: a port that would be ready (serving and not
 // terminating, or any port of a resource that publishes not-ready addresses) and is drained
 // becomes not ready though the slices carried it ready (or not at all); an undrained port
-// becomes ready though the slices carried it drained (not ready, not terminating, and serving
-// or of such a resource). Draining a port that is out anyway (failing, terminating) changes
-// nothing the slices carry; its Event, when its probes pass, says it stays drained.
+// becomes ready though the slices carried it drained (not ready, and serving or of such a
+// resource). The slices carry a drained port terminating (sliceplan publishes a drain so),
+// releases before v0.3.0 not terminating: a port ready now is of a pod that is not terminating
+// (or of a resource that publishes a terminating pod ready), so a not-ready entry of it was a
+// drain either way. Draining a port that is out anyway (failing, terminating) changes nothing
+// the slices carry; its Event, when its probes pass, says it stays drained.
 func drainChanged(before uint8, v verdict, publishNotReady bool) DrainChange {
 	seen := before&carried != 0
 	wasOut := seen && before&carriedReady == 0
 	switch {
 	case v.drained && !v.terminating && (v.serving || publishNotReady) && !wasOut:
 		return DrainStarted
-	case !v.drained && v.ready && wasOut && before&carriedTerminating == 0 && (before&carriedServing != 0 || publishNotReady):
+	case !v.drained && v.ready && wasOut && (before&carriedServing != 0 || publishNotReady):
 		return DrainEnded
 	}
 	return DrainNone

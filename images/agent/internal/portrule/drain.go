@@ -164,7 +164,10 @@ func (d Drain) Unknown(ports map[string][]v1alpha1.ServicePort) []string {
 // ApplyDrain is rule 8: the published endpoints of a pod (its window of AppendEvaluate's
 // result) on the ports the drain covers are taken out of new connections: ready=false, also
 // when the resource publishes not-ready addresses (an operator's explicit drain of one pod wins
-// over the resource-wide setting), serving as the probes decide, terminating as the pod is.
+// over the resource-wide setting), serving as the probes decide. Terminating stays the pod's
+// own state here (the agent's Events tell a drain from a pod's deletion by it); sliceplan
+// publishes a drained endpoint with terminating=true, the triple every dataplane reads as "no
+// new connections, established ones kept".
 func ApplyDrain(eps []Endpoint, resource string, spec *v1alpha1.ServiceWithHealthchecksSpec, d Drain) {
 	if !d.Any() {
 		return

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -45,6 +46,9 @@ type ProbeResult struct {
 	State State
 	// Reason explains a failure, for Events ("connection refused").
 	Reason string
+	// At is when the run that decided State ended (zero while Unknown, or when not known): the
+	// trigger time of the slice write the result causes (Endpoint.Changed).
+	At time.Time
 }
 
 // Results holds the verdicts of a pod's probes by the probe's index in spec.healthcheck.probes
@@ -82,6 +86,11 @@ type Endpoint struct {
 	Drained bool
 	// Reason says why the port is not serving ("" when it is), for Events.
 	Reason string
+	// Changed is when the verdict was decided: the end of the run of the probe that decided it
+	// (the last of the passing probes, the first of the failing ones), the pod's Ready
+	// transition for a port no probe checks, or the pod's deletion when later. Zero when not
+	// known. The agent stamps its slice writes with it (sliceplan.StampTriggers).
+	Changed time.Time
 	// Probes are the indexes of the probes that check this port (own and whole-pod).
 	Probes []int
 }
@@ -166,12 +175,31 @@ func PrimaryAddress(pod *corev1.Pod) string {
 
 // PodReady is the pod's Ready condition.
 func PodReady(pod *corev1.Pod) bool {
+	ready, _ := podReady(pod)
+	return ready
+}
+
+// podReady is the pod's Ready condition and when it last changed (zero when not known).
+func podReady(pod *corev1.Pod) (bool, time.Time) {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
+			return c.Status == corev1.ConditionTrue, c.LastTransitionTime.Time
 		}
 	}
-	return false
+	return false, time.Time{}
+}
+
+// deletedAt is when the pod's deletion was asked for: its deletionTimestamp less its grace
+// period (zero when it is not terminating).
+func deletedAt(pod *corev1.Pod) time.Time {
+	if pod.DeletionTimestamp == nil {
+		return time.Time{}
+	}
+	t := pod.DeletionTimestamp.Time
+	if g := pod.DeletionGracePeriodSeconds; g != nil && *g > 0 {
+		t = t.Add(-time.Duration(*g) * time.Second)
+	}
+	return t
 }
 
 // Binding is where a resource's Service ports and probes land on one pod (rules 1 to 3): the
@@ -184,8 +212,12 @@ type Binding struct {
 	Publishable bool
 	// Terminating is set when the pod has a deletionTimestamp.
 	Terminating bool
-	// PodReady is the pod's Ready condition, which unprobed ports follow (rule 4).
-	PodReady bool
+	// PodReady is the pod's Ready condition, which unprobed ports follow (rule 4), and
+	// PodReadySince when it last changed.
+	PodReady      bool
+	PodReadySince time.Time
+	// DeletedAt is when the pod's deletion was asked for (zero when it is not terminating).
+	DeletedAt time.Time
 	// Address is the pod's primary address, which probes dial.
 	Address string
 	// Ports has one entry per spec.ports entry, in order.
@@ -268,10 +300,11 @@ func (bd *Binder) Bind(spec *v1alpha1.ServiceWithHealthchecksSpec, pod *corev1.P
 	b := Binding{
 		Publishable: Publishable(pod, spec.PublishNotReadyAddresses),
 		Terminating: pod.DeletionTimestamp != nil,
-		PodReady:    PodReady(pod),
 		Address:     PrimaryAddress(pod),
+		DeletedAt:   deletedAt(pod),
 		Ports:       take(&bd.ports, len(spec.Ports)),
 	}
+	b.PodReady, b.PodReadySince = podReady(pod)
 	// Rule 1: the resolved target port of every Service port.
 	for i, sp := range spec.Ports {
 		n, ok := ResolvePort(pod, sp.EffectiveTargetPort(), sp.Protocol)
@@ -387,14 +420,17 @@ func (b Binding) AppendEvaluate(dst []Endpoint, spec *v1alpha1.ServiceWithHealth
 		var serving bool
 		if len(e.Probes) == 0 {
 			// Rule 4, second half: an unprobed port follows the pod's Ready condition.
-			serving, e.Decided = b.PodReady, true
+			serving, e.Decided, e.Changed = b.PodReady, true, b.PodReadySince
 			if !b.PodReady {
 				e.Reason = "pod is not Ready"
 			}
 		} else {
 			// Rules 4 and 5: every probe that checks the port must pass; pod readiness is
 			// not consulted.
-			serving, e.Decided, e.Reason = b.verdict(e.Probes, probes, results)
+			serving, e.Decided, e.Reason, e.Changed = b.verdict(e.Probes, probes, results)
+		}
+		if b.DeletedAt.After(e.Changed) {
+			e.Changed = b.DeletedAt
 		}
 		e.Ready, e.Serving, e.Terminating = Conditions(serving, b.Terminating, spec.PublishNotReadyAddresses)
 	}
@@ -402,10 +438,12 @@ func (b Binding) AppendEvaluate(dst []Endpoint, spec *v1alpha1.ServiceWithHealth
 }
 
 // verdict combines the probes that check a port: any failure fails it (decided), all passing
-// passes it (decided), otherwise it is undecided and not serving.
-func (b Binding) verdict(idx []int, probes []v1alpha1.Probe, results Results) (bool, bool, string) {
+// passes it (decided), otherwise it is undecided and not serving. It also says when the
+// verdict was decided: by the first of the failing probes, or the last of the passing ones.
+func (b Binding) verdict(idx []int, probes []v1alpha1.Probe, results Results) (bool, bool, string, time.Time) {
 	var reasons []string
 	unknown := false
+	var firstFail, lastPass time.Time
 	for _, pi := range idx {
 		if !b.Probes[pi].Runnable {
 			reasons = append(reasons, fmt.Sprintf("probe %d (%s): pod has no container port named %q", pi, probes[pi].Mode, probes[pi].TargetPort().StrVal))
@@ -415,15 +453,22 @@ func (b Binding) verdict(idx []int, probes []v1alpha1.Probe, results Results) (b
 		switch r.State {
 		case Fail:
 			reasons = append(reasons, fmt.Sprintf("probe %d (%s): %s", pi, probes[pi].Mode, r.Reason))
+			if !r.At.IsZero() && (firstFail.IsZero() || r.At.Before(firstFail)) {
+				firstFail = r.At
+			}
+		case Pass:
+			if r.At.After(lastPass) {
+				lastPass = r.At
+			}
 		case Unknown:
 			unknown = true
 		}
 	}
 	if len(reasons) > 0 {
-		return false, true, strings.Join(reasons, "; ")
+		return false, true, strings.Join(reasons, "; "), firstFail
 	}
 	if unknown {
-		return false, false, "waiting for a decisive probe result"
+		return false, false, "waiting for a decisive probe result", time.Time{}
 	}
-	return true, true, ""
+	return true, true, "", lastPass
 }

@@ -4,6 +4,8 @@
 package portrule
 
 import (
+	"time"
+
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -378,4 +380,72 @@ func TestABindersBindingsStayWhatBindGives(t *testing.T) {
 		assert.Equal(t, Bind(spec, p), got[i], "pod %d", i)
 	}
 	assert.NotEqual(t, got[0].Ports, got[1].Ports, "the pods differ in the web port")
+}
+
+// A port's verdict says when it was decided: a passing port by the last of its passing probes,
+// a failing one by the first of its failing probes, an unprobed port by the pod's Ready
+// transition, a terminating pod's port by its deletion when that is later. The agent stamps the
+// slice write the verdict causes with it (kube-proxy's network programming latency).
+func TestEvaluateSaysWhenTheVerdictWasDecided(t *testing.T) {
+	base := time.Date(2026, 12, 6, 3, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return base.Add(time.Duration(s) * time.Second) }
+	// web is checked by probe 0 and the whole-pod probe 2; smtp by probe 1 and probe 2.
+	probes := []v1alpha1.Probe{httpProbe(intstr.FromString("web")), tcpProbe(intstr.FromInt32(2525)), tcpProbe(intstr.FromString("health"))}
+	spec := &v1alpha1.ServiceWithHealthchecksSpec{Ports: webSMTP(), Healthcheck: &v1alpha1.Healthcheck{PeriodSeconds: 10, Probes: probes}}
+	tests := map[string]struct {
+		pod     *corev1.Pod
+		spec    *v1alpha1.ServiceWithHealthchecksSpec
+		results Results
+		want    []time.Time
+	}{
+		"passing ports: the last pass that decided them": {
+			pod:     newPod(),
+			results: Results{{State: Pass, At: at(5)}, {State: Pass, At: at(2)}, {State: Pass, At: at(3)}},
+			want:    []time.Time{at(5), at(3)},
+		},
+		"a failing port: its first failure; the other port keeps its own time": {
+			pod:     newPod(),
+			results: Results{{State: Fail, At: at(9)}, {State: Pass, At: at(2)}, {State: Pass, At: at(3)}},
+			want:    []time.Time{at(9), at(3)},
+		},
+		"two failures: the earlier one decided": {
+			pod:     newPod(),
+			results: Results{{State: Fail, At: at(9)}, {State: Pass, At: at(2)}, {State: Fail, At: at(7)}},
+			want:    []time.Time{at(7), at(7)},
+		},
+		"undecided: no time": {
+			pod:     newPod(),
+			results: Results{{State: Pass, At: at(5)}},
+			want:    []time.Time{{}, {}},
+		},
+		"an unprobed port follows the pod's Ready transition": {
+			pod: newPod(func(p *corev1.Pod) {
+				p.Status.Conditions[0].LastTransitionTime = metav1.NewTime(at(4))
+			}),
+			spec: &v1alpha1.ServiceWithHealthchecksSpec{Ports: webSMTP()},
+			want: []time.Time{at(4), at(4)},
+		},
+		"a terminating pod: its deletion, asked for after the verdicts": {
+			pod: newPod(func(p *corev1.Pod) {
+				deleted := metav1.NewTime(at(40))
+				grace := int64(30)
+				p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &deleted, &grace
+			}),
+			results: Results{{State: Pass, At: at(5)}, {State: Pass, At: at(2)}, {State: Pass, At: at(3)}},
+			want:    []time.Time{at(10), at(10)},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := spec
+			if tc.spec != nil {
+				s = tc.spec
+			}
+			var got []time.Time
+			for _, e := range Evaluate(s, tc.pod, tc.results) {
+				got = append(got, e.Changed)
+			}
+			assert.Equal(t, tc.want, got)
+		})
+	}
 }

@@ -149,6 +149,10 @@ func (s *Scheduler) endLocked(e *entry, out Outcome, now time.Time) bool {
 	if !out.Deferred {
 		changed = e.record(out.Pass, out.Reason)
 	}
+	if changed {
+		// The run that decided the result: the trigger time of the slice write it causes.
+		e.result.At = now
+	}
 	// The next run is one period after this one was due, moved by the jitter; a run that
 	// overran its slot is rescheduled from now.
 	period := e.t.Period

@@ -107,14 +107,17 @@ func TestResultsAreEmittedOnlyOnChange(t *testing.T) {
 	mu.Lock()
 	assert.Len(t, changes, 1, "ten passes make one change")
 	assert.Equal(t, portrule.Pass, changes[0].Result.State)
+	decided := changes[0].Result.At
 	mu.Unlock()
-	assert.Equal(t, Results{tg.Key.PodUID: {{Key: tg.Key, Result: portrule.ProbeResult{State: portrule.Pass}}}}, s.Results(res))
+	assert.False(t, decided.IsZero(), "the change says when the run that decided it ended")
+	assert.Equal(t, Results{tg.Key.PodUID: {{Key: tg.Key, Result: portrule.ProbeResult{State: portrule.Pass, At: decided}}}}, s.Results(res),
+		"later passes change neither the result nor when it was decided")
 	assert.GreaterOrEqual(t, testutil.ToFloat64(m.ProbeResults.WithLabelValues("TCP", metrics.OutcomeSuccess)), 10.0)
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.Targets))
 
 	// Declaring the same target again keeps its state.
 	s.Set(res, []Target{tg})
-	assert.Equal(t, Results{tg.Key.PodUID: {{Key: tg.Key, Result: portrule.ProbeResult{State: portrule.Pass}}}}, s.Results(res))
+	assert.Equal(t, Results{tg.Key.PodUID: {{Key: tg.Key, Result: portrule.ProbeResult{State: portrule.Pass, At: decided}}}}, s.Results(res))
 }
 
 func TestTheProbeDigestFollowsTheProbesContent(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -41,6 +42,9 @@ func Compute(in Input) []Desired {
 		sizes[sliceGroup{c.gk, chunks[i]}]++
 	}
 	groups := make(map[sliceGroup][]discoveryv1.Endpoint, len(sizes))
+	// When each endpoint's verdict was decided, in the order of the group's endpoints
+	// (Desired.Changed).
+	changed := make(map[sliceGroup][]time.Time, len(sizes))
 	// The reasons of the not-ready pods of each slice, by pod name (notready.Annotation): built
 	// only for slices with a pod out.
 	var reasons map[sliceGroup]map[string]string
@@ -49,8 +53,10 @@ func Compute(in Input) []Desired {
 		g, ok := groups[sg]
 		if !ok {
 			g = make([]discoveryv1.Endpoint, 0, sizes[sg])
+			changed[sg] = make([]time.Time, 0, sizes[sg])
 		}
 		groups[sg] = append(g, shared.endpoint(parts[c.pod], c.ip, c.ready, c.serving, c.terminating))
+		changed[sg] = append(changed[sg], c.changed)
 		if !c.ready {
 			if reasons == nil {
 				reasons = map[sliceGroup]map[string]string{}
@@ -78,7 +84,7 @@ func Compute(in Input) []Desired {
 		if note := notready.Encode(reasons[sg]); note != "" {
 			sl.Annotations[notready.Annotation] = note
 		}
-		out = append(out, Desired{Key: key, Slice: sl})
+		out = append(out, Desired{Key: key, Slice: sl, Changed: changed[sg]})
 	}
 	slices.SortFunc(out, func(a, b Desired) int { return cmp.Compare(a.Slice.Name, b.Slice.Name) })
 	return out
@@ -93,6 +99,9 @@ type candidate struct {
 	ready, serving, terminating bool
 	// reason is why a not-ready endpoint is out (outReason), "" for a ready one.
 	reason string
+	// changed is when its verdict was decided (portrule.Endpoint.Changed; zero for one carried
+	// over undecided).
+	changed time.Time
 }
 
 // candidates are the endpoints Compute publishes, with the conditions they are published
@@ -156,9 +165,19 @@ func candidates(in Input, shared *sharedParts, parts []podParts) ([]candidate, m
 						reason = carriedReasonOf(reasonKey{portName, p.Pod.Name})
 					}
 				}
-				// Rule 8: a drained pod takes no new connection, whatever its verdict.
+				// Rule 8: a drained pod takes no new connection, whatever its verdict. A serving
+				// one is published terminating too: ready=false, serving=true, terminating=false
+				// is an active backend to Cilium 1.15 (one in maintenance to 1.20), while
+				// ready=false, serving=true, terminating=true reads the same on kube-proxy and
+				// every Cilium: no new connection while another endpoint is ready, established
+				// ones kept (docs/CONFIGURATION.md, "How dataplanes read the slices"). A drained
+				// pod that does not serve is out everywhere as it is.
 				ready = ready && !ep.Drained
+				terminating = terminating || (ep.Drained && serving)
 				cand := candidate{gk: gk, pod: pi, ip: i, ready: ready, serving: serving, terminating: terminating}
+				if ep.Decided {
+					cand.changed = ep.Changed
+				}
 				if !ready {
 					cand.reason = outReason(reason, serving, terminating, ep.Drained)
 				}

@@ -25,6 +25,8 @@ import (
 // alone: whether anything differs is decided without it, so a reason whose text changes while
 // the verdict stays (a timeout that becomes a refused connection) writes nothing. When the
 // slice is written for another difference, the note is want's (removed when want has none).
+// The trigger time (TriggerAnnotation) is likewise never a difference: StampTriggers sets it on
+// every write, and a retry on a newer version carries want's.
 func Merge(cur, want *discoveryv1.EndpointSlice) (*discoveryv1.EndpointSlice, bool) {
 	// Compare before copying: in steady state nothing differs and nothing is allocated.
 	if !differs(cur, want) {
@@ -69,7 +71,7 @@ func differs(cur, want *discoveryv1.EndpointSlice) bool {
 		}
 	}
 	for k, v := range want.Annotations {
-		if k == notready.Annotation {
+		if k == notready.Annotation || k == TriggerAnnotation {
 			continue
 		}
 		if old, ok := cur.Annotations[k]; !ok || old != v {

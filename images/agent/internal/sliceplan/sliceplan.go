@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"time"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
@@ -46,6 +47,9 @@ type Input struct {
 type Desired struct {
 	Key   slicemeta.SliceKey
 	Slice *discoveryv1.EndpointSlice
+	// Changed holds, for each of Slice's endpoints in order, when its verdict was decided
+	// (zero when not known): StampTriggers reads it.
+	Changed []time.Time
 }
 
 // carryKey finds an endpoint of a pod on a port in the existing slices.
