@@ -37,6 +37,8 @@ var kubeProxyTables = [][2]string{{"ip", "kube-proxy"}, {"ip6", "kube-proxy"}}
 type kubeProxy struct {
 	proc *process.Process
 	dir  string
+	// metrics is the address of its metrics ("127.0.0.1:port").
+	metrics string
 }
 
 // kubeProxyConfigCommon ends both kube-proxy configurations (kubeProxyConfig and
@@ -116,7 +118,7 @@ func startKubeProxy(ctx context.Context, env *controlplane.Env, node string, out
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	kp := &kubeProxy{proc: proc, dir: dir}
+	kp := &kubeProxy{proc: proc, dir: dir, metrics: fmt.Sprintf("127.0.0.1:%d", metrics)}
 	// healthz answers 200 once kube-proxy has found its Node and written its rules.
 	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -278,6 +280,16 @@ func splitKey(s string) (types.NamespacedName, error) {
 		return types.NamespacedName{}, fmt.Errorf("%q is not namespace/name", s)
 	}
 	return types.NamespacedName{Namespace: ns, Name: name}, nil
+}
+
+// KubeProxyMetrics is the address of kube-proxy's metrics ("127.0.0.1:port"; "" when the
+// cluster runs no kube-proxy in its namespace), for tests that read what kube-proxy measured
+// (kubeproxy_network_programming_duration_seconds).
+func (c *Cluster) KubeProxyMetrics() string {
+	if c.kubeProxy == nil {
+		return ""
+	}
+	return c.kubeProxy.metrics
 }
 
 // KubeProxyPID is the process id of kube-proxy (0 when the cluster runs none), for tests that

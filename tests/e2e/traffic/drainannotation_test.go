@@ -24,8 +24,8 @@ import (
 
 // The per-pod drain (issue 29 part 4) through a real kube-proxy: of two pods, one is annotated
 // network.deckhouse.io/drain and later not. While drained its endpoint is ready=false,
-// serving=true, terminating=false: kube-proxy gives it no new connection (a non-terminating
-// endpoint that is not ready is no fallback either), and a connection opened before the drain
+// serving=true, terminating=true (the triple kube-proxy and Cilium read alike): kube-proxy gives
+// it no new connection while the other pod is ready, and a connection opened before the drain
 // keeps working on it. A request loop across the drain and the undrain loses nothing.
 func TestDrainAnnotationLosesNoRequestAndKeepsConnections(t *testing.T) {
 	s := testStack(t)
@@ -54,7 +54,7 @@ func TestDrainAnnotationLosesNoRequestAndKeepsConnections(t *testing.T) {
 	// Drained: out of new connections, still probed, the kept connection still on it.
 	draining := time.Now()
 	setDrain(t, c, a, `"web"`)
-	kit.EventuallyEndpoints(t, c, ns, "web", map[string]map[string]string{"web-http-node-a": {ip(a): "FTF"}, "web-http-node-b": {ip(b): "TTF"}})
+	kit.EventuallyEndpoints(t, c, ns, "web", map[string]map[string]string{"web-http-node-a": {ip(a): "FTT"}, "web-http-node-b": {ip(b): "TTF"}})
 	c.WaitProgrammed(t, ns+"/web", 80, b)
 	drained := time.Now()
 	hits := srvA.Hits()
@@ -82,8 +82,8 @@ func TestDrainAnnotationLosesNoRequestAndKeepsConnections(t *testing.T) {
 	assert.Equal(t, map[string]int{b.Key(): len(whileDrained)}, whileDrained.ByPod(), "while drained, only the other pod gets new connections")
 	assert.Positive(t, res.Before(draining).ByPod()[a.Key()], "the pod answered before the drain: %s", res.Before(draining))
 	assert.Equal(t, []string{
-		"web-http-node-a: " + ip(a) + " TTF -> FTF",
-		"web-http-node-a: " + ip(a) + " FTF -> TTF",
+		"web-http-node-a: " + ip(a) + " TTF -> FTT",
+		"web-http-node-a: " + ip(a) + " FTT -> TTF",
 	}, about(w.ConditionChanges(), ip(a)), "the drained pod's only changes: not ready while drained, ready again")
 	t.Logf("drain annotation: %d requests in the window (%s), %d failed; %d in the whole loop",
 		len(window), undrained.Sub(draining).Round(time.Millisecond), len(window.Failed()), len(res))

@@ -50,10 +50,10 @@ func TestDrainAnnotationTakesAPodOutAndBack(t *testing.T) {
 	startAgent(t, c, "node-a")
 	eventuallySlices(t, c, ns, "web", map[string]map[string]string{"web-http-node-a": {ip(one): "TTF", ip(two): "TTF"}})
 
-	// Drained: not ready, still serving, not terminating; the probes keep running.
+	// Drained: not ready, still serving, published terminating (no new connections on any dataplane); the probes keep running.
 	value := "web/http"
 	annotateDrain(t, c, one, &value)
-	eventuallySlices(t, c, ns, "web", map[string]map[string]string{"web-http-node-a": {ip(one): "FTF", ip(two): "TTF"}})
+	eventuallySlices(t, c, ns, "web", map[string]map[string]string{"web-http-node-a": {ip(one): "FTT", ip(two): "TTF"}})
 	hits := oneSrv.Hits()
 	require.Eventually(t, func() bool { return oneSrv.Hits() >= hits+3 }, time.Minute, 50*time.Millisecond, "the drained pod is still probed")
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -73,7 +73,7 @@ func TestDrainAnnotationTakesAPodOutAndBack(t *testing.T) {
 	oneSrv.SetHTTPStatus(503)
 	eventuallySlices(t, c, ns, "web", map[string]map[string]string{"web-http-node-a": {ip(one): "FFF", ip(two): "TTF"}})
 	oneSrv.SetHTTPStatus(200)
-	eventuallySlices(t, c, ns, "web", map[string]map[string]string{"web-http-node-a": {ip(one): "FTF", ip(two): "TTF"}})
+	eventuallySlices(t, c, ns, "web", map[string]map[string]string{"web-http-node-a": {ip(one): "FTT", ip(two): "TTF"}})
 
 	// Undrained: published on its verdict again.
 	annotateDrain(t, c, one, nil)
@@ -101,6 +101,6 @@ func TestDrainAnnotationTakesAPodOutAndBack(t *testing.T) {
 	// The agent still works: a valid drain of the other pod applies.
 	all := "*"
 	annotateDrain(t, c, one, &all)
-	eventuallySlices(t, c, ns, "web", map[string]map[string]string{"web-http-node-a": {ip(one): "FTF", ip(two): "TTF"}})
+	eventuallySlices(t, c, ns, "web", map[string]map[string]string{"web-http-node-a": {ip(one): "FTT", ip(two): "TTF"}})
 	assert.Len(t, events.regarding("web-2", agent.ReasonDrainInvalid), 1, "the invalid value is reported once")
 }

@@ -115,7 +115,7 @@ func agentLease(l *coordinationv1.Lease) (node string, renew time.Time, ok bool)
 // resources they name by name, and asks Plan. The cost grows with the slices of those nodes,
 // not with every slice and resource of the cluster: the runner calls it on every observation
 // while a node stays stale.
-func (w *Withdrawer) observeSlices(ctx context.Context, nodes []string) ([]*discoveryv1.EndpointSlice, error) {
+func (w *Withdrawer) observeSlices(ctx context.Context, nodes []string, at time.Time) ([]*discoveryv1.EndpointSlice, error) {
 	var all []discoveryv1.EndpointSlice
 	for _, n := range nodes {
 		var list discoveryv1.EndpointSliceList
@@ -142,5 +142,5 @@ func (w *Withdrawer) observeSlices(ctx context.Context, nodes []string) ([]*disc
 			owners[key] = swh.UID
 		}
 	}
-	return Plan(all, owners, nodes), nil
+	return Plan(all, owners, nodes, at), nil
 }

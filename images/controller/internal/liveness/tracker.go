@@ -136,6 +136,8 @@ type Verdict struct {
 	// NextCheck is how long until the next fresh agent could turn stale (zero when none is
 	// fresh): the caller judges again then.
 	NextCheck time.Duration
+	// At is when the verdict was judged: the trigger time of the withdrawal it causes.
+	At time.Time
 }
 
 // Withdraw are the nodes whose endpoints must be withdrawn: the stale ones, or none while the
@@ -152,7 +154,7 @@ func (t *Tracker) Judge() Verdict {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.clock.Now()
-	v := Verdict{Known: len(t.nodes)}
+	v := Verdict{Known: len(t.nodes), At: now}
 	for node, e := range t.nodes {
 		silent := now.Sub(e.lastChange)
 		if silent > t.grace/2 {

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,7 +26,10 @@ import (
 // and owned by the live resource whose UID owners holds under the slice's namespace and
 // resource label) and were published for one of the nodes, with at least one endpoint not yet
 // withdrawn. It returns modified copies, sorted by namespace and name; the input is untouched.
-func Plan(sliceList []discoveryv1.EndpointSlice, owners map[types.NamespacedName]types.UID, nodes []string) []*discoveryv1.EndpointSlice {
+// Each copy carries at, when the nodes were judged gone, as its trigger time
+// (endpoints.kubernetes.io/last-change-trigger-time, kube-proxy's network programming latency),
+// unless at is zero.
+func Plan(sliceList []discoveryv1.EndpointSlice, owners map[types.NamespacedName]types.UID, nodes []string, at time.Time) []*discoveryv1.EndpointSlice {
 	if len(nodes) == 0 {
 		return nil
 	}
@@ -50,6 +55,12 @@ func Plan(sliceList []discoveryv1.EndpointSlice, owners map[types.NamespacedName
 		for j := range c.Endpoints {
 			c.Endpoints[j].Conditions.Ready = &no
 			c.Endpoints[j].Conditions.Serving = &no
+		}
+		if !at.IsZero() {
+			if c.Annotations == nil {
+				c.Annotations = map[string]string{}
+			}
+			c.Annotations[corev1.EndpointsLastChangeTriggerTime] = at.Format(time.RFC3339Nano)
 		}
 		out = append(out, c)
 	}
@@ -119,7 +130,7 @@ func (w *Withdrawer) Run(ctx context.Context) (Verdict, error) {
 	if len(nodes) == 0 {
 		return v, nil
 	}
-	plan, err := w.observeSlices(ctx, nodes)
+	plan, err := w.observeSlices(ctx, nodes, v.At)
 	if err != nil {
 		w.countError()
 		return v, err

@@ -110,10 +110,13 @@ func TestPlan(t *testing.T) {
 			for i := range tc.slices {
 				before[i] = *tc.slices[i].DeepCopy()
 			}
-			got := Plan(tc.slices, owners, tc.nodes)
+			judged := time.Date(2026, 12, 6, 3, 0, 0, 0, time.UTC)
+			got := Plan(tc.slices, owners, tc.nodes, judged)
 			var names []string
 			for _, s := range got {
 				names = append(names, s.Name)
+				assert.Equal(t, judged.Format(time.RFC3339Nano), s.Annotations[corev1.EndpointsLastChangeTriggerTime],
+					"a withdrawal carries when the node was judged gone as its trigger time")
 				for _, e := range s.Endpoints {
 					assert.Equal(t, ptr.To(false), e.Conditions.Ready)
 					assert.Equal(t, ptr.To(false), e.Conditions.Serving)
