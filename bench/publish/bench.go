@@ -51,6 +51,8 @@ type bench struct {
 	agentMetrics string
 	// api reads the API server's metrics (-apiserver-gc; nil otherwise).
 	api *apiServer
+	// rules follows the dataplane's rules (-dataplane; nil otherwise).
+	rules *ruleWatch
 }
 
 func newBench(ctx context.Context, c *cluster.Cluster, o options) (*bench, error) {
@@ -72,6 +74,11 @@ func newBench(ctx context.Context, c *cluster.Cluster, o options) (*bench, error
 		return nil, fmt.Errorf("temporary directory: %w", err)
 	}
 	b := &bench{c: c, o: o, cs: cs, dir: dir}
+	if o.dataplane != "" {
+		if b.rules, err = newRuleWatch(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if o.apiServerGC {
 		if b.api, err = newAPIServer(c.Env.Config); err != nil {
 			return nil, err
@@ -135,6 +142,9 @@ func newBench(ctx context.Context, c *cluster.Cluster, o options) (*bench, error
 }
 
 func (b *bench) stop() {
+	if b.rules != nil {
+		b.rules.stop()
+	}
 	if b.agent != nil {
 		_ = b.agent.Stop()
 	}
@@ -158,6 +168,7 @@ type sample struct {
 	start   time.Time     // agent: the decisive probe's arrival; built-in: the start of the kubelet's writes
 	addr    netip.Addr    // the endpoint
 	latency time.Duration // decisive instant → watch event
+	rules   time.Duration // -dataplane: decisive instant → the dataplane's rule carrying the change
 	phase   time.Duration // agent: flip of the server → decisive probe; built-in: the status write's round trip (GET and patch)
 	get     time.Duration // built-in, -builtin-write=kubelet: the GET's round trip (the part before the status patch)
 	ready   bool          // the direction: the endpoint became ready
@@ -289,6 +300,18 @@ func (b *bench) measure(ctx context.Context, n int) (res sizeResult, err error) 
 	if err := w.waitAllReady(ctx, "builtin", kcmPods.ips, 5*time.Minute, b.kcm); err != nil {
 		return res, fmt.Errorf("the built-in slices: %w", err)
 	}
+	if b.rules != nil {
+		// The dataplane routes every endpoint of both sides before the first flip: a rule
+		// written for the start must not end a sample.
+		for _, side := range []struct {
+			name string
+			n    int
+		}{{"agent", len(agentIPs)}, {"builtin", len(kcmPods.ips)}} {
+			if err := b.waitRouted(ctx, ns+"/"+side.name, side.n); err != nil {
+				return res, err
+			}
+		}
+	}
 	res.setup = time.Since(setupStart)
 	res.agentSlices, res.agentSliceBytes = w.slices("agent")
 	res.kcmSlices, res.kcmSliceBytes = w.slices("builtin")
@@ -388,6 +411,7 @@ func (b *bench) measure(ctx context.Context, n int) (res sizeResult, err error) 
 // at the server to the watch event that shows the endpoint's new ready state.
 func (b *bench) agentSample(ctx context.Context, w *watcher, srv *flipServer, addr netip.Addr, ready bool) (sample, error) {
 	ev := w.expect("agent", addr, ready)
+	rule := b.expectRule(w.ns+"/agent", addr, ready)
 	flipped := srv.flip(addr, ready)
 	got, err := ev.wait(ctx, b.o.waitTimeout)
 	if err != nil {
@@ -397,13 +421,46 @@ func (b *bench) agentSample(ctx context.Context, w *watcher, srv *flipServer, ad
 	if decisive.IsZero() {
 		return sample{}, fmt.Errorf("%s ready=%v: the slice changed before any probe saw the flip", addr, ready)
 	}
-	return sample{start: decisive, addr: addr, latency: got.Sub(decisive), phase: decisive.Sub(flipped), ready: ready}, nil
+	s := sample{start: decisive, addr: addr, latency: got.Sub(decisive), phase: decisive.Sub(flipped), ready: ready}
+	if s.rules, err = b.waitRule(ctx, rule, decisive); err != nil {
+		return sample{}, fmt.Errorf("%s ready=%v: %w", addr, ready, err)
+	}
+	return s, nil
+}
+
+// expectRule registers with the dataplane's rule watch (nil without -dataplane) what the next
+// rule of the Service must show.
+func (b *bench) expectRule(service string, addr netip.Addr, in bool) *ruleExpectation {
+	if b.rules == nil {
+		return nil
+	}
+	return b.rules.expect(service, addr, in)
+}
+
+// waitRule waits for the expected rule and returns its time since start (0 without -dataplane).
+func (b *bench) waitRule(ctx context.Context, e *ruleExpectation, start time.Time) (time.Duration, error) {
+	if e == nil {
+		return 0, nil
+	}
+	at, err := e.wait(ctx, b.rules, b.o.waitTimeout)
+	if err != nil {
+		return 0, err
+	}
+	return at.Sub(start), nil
 }
 
 // kcmSample flips pod i's Ready condition and measures from the start of the kubelet's writes
 // (statusPods.setReady) to the watch event.
 func (b *bench) kcmSample(ctx context.Context, w *watcher, pods *statusPods, i int, ready bool) (sample, error) {
+	if b.rules != nil {
+		// kube-proxy syncs at most once per minSyncPeriod: the agent's sample just made it
+		// sync, and a change arriving now would wait out the rest of that period. The agent's
+		// decisive probes come at a random moment within its period, long after the built-in
+		// sample before it; this pause gives the built-in side the same idle dataplane.
+		time.Sleep(dataplaneIdle)
+	}
 	ev := w.expect("builtin", pods.ips[i], ready)
+	rule := b.expectRule(w.ns+"/builtin", pods.ips[i], ready)
 	start := time.Now()
 	get, err := pods.setReady(ctx, i, ready)
 	if err != nil {
@@ -414,7 +471,11 @@ func (b *bench) kcmSample(ctx context.Context, w *watcher, pods *statusPods, i i
 	if err != nil {
 		return sample{}, fmt.Errorf("%s ready=%v: %w", pods.ips[i], ready, errors.Join(err, b.kcm.Err()))
 	}
-	return sample{start: start, addr: pods.ips[i], latency: got.Sub(start), phase: rtt, get: get, ready: ready}, nil
+	s := sample{start: start, addr: pods.ips[i], latency: got.Sub(start), phase: rtt, get: get, ready: ready}
+	if s.rules, err = b.waitRule(ctx, rule, start); err != nil {
+		return sample{}, fmt.Errorf("%s ready=%v: %w", pods.ips[i], ready, err)
+	}
+	return s, nil
 }
 
 // flipServer is one HTTP server per listener that answers 200 or 500 per local address and
@@ -662,6 +723,7 @@ func parallel(ctx context.Context, n, workers int, fn func(context.Context, int)
 // watcher is an EndpointSlice informer for one namespace; its handler stamps the moment an
 // expected endpoint state shows up.
 type watcher struct {
+	ns       string
 	cancel   context.CancelFunc
 	informer cache.SharedIndexInformer
 	mu       sync.Mutex
@@ -678,7 +740,7 @@ type expectation struct {
 func newWatcher(ctx context.Context, cs kubernetes.Interface, ns string) (*watcher, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns))
-	w := &watcher{cancel: cancel, informer: f.Discovery().V1().EndpointSlices().Informer(), want: map[string]*expectation{}}
+	w := &watcher{ns: ns, cancel: cancel, informer: f.Discovery().V1().EndpointSlices().Informer(), want: map[string]*expectation{}}
 	if _, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    w.observe,
 		UpdateFunc: func(_, obj any) { w.observe(obj) },

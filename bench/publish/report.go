@@ -59,6 +59,9 @@ func report(w io.Writer, o options, rs []sizeResult) {
 			ms(pct(all, 50)), ms(pct(all, 99)), ms(pct(allK, 50)), ms(pct(allK, 99)),
 			ratio(pct(all, 50), pct(allK, 50)), ratio(pct(all, 99), pct(allK, 99)))
 	}
+	if o.dataplane != "" {
+		reportRules(p, o, rs)
+	}
 	if o.builtinWrite == builtinWriteKubelet {
 		reportFromPatch(p, rs)
 	}
@@ -85,6 +88,34 @@ func report(w io.Writer, o options, rs []sizeResult) {
 			ms(r.agentSliceWrite), ms(r.kcmSliceWrite))
 	}
 	p("\n")
+}
+
+// reportRules compares the two sides up to the dataplane's rules: the latency a client of the
+// Service sees, from the decisive instant to the rule that routes the change.
+func reportRules(p func(string, ...any), o options, rs []sizeResult) {
+	rules := func(ss []sample) []time.Duration {
+		out := make([]time.Duration, len(ss))
+		for i, s := range ss {
+			out[i] = s.rules
+		}
+		return out
+	}
+	p("\nUp to the dataplane (`-dataplane %s`: kube-proxy v1.37, nftables, `minSyncPeriod: 100ms`, in the cluster namespace; "+
+		"the end of a sample is the moment `nft monitor` shows the Service's dispatch rule written with the endpoint in or out). "+
+		"Start as above: the decisive probe's arrival (agent), the start of the kubelet's writes (built-in):\n\n", o.dataplane)
+	p("| endpoints | round | agent p50 | agent p99 | built-in p50 | built-in p99 | agent / built-in p50 | agent / built-in p99 |\n")
+	p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, r := range rs {
+		var all, allK []time.Duration
+		for i, rd := range r.rounds {
+			al, kl := rules(rd.agent), rules(rd.kcm)
+			p("| %d | %d | %s | %s | %s | %s | %.1f× | %.1f× |\n", r.n, i+1, ms(pct(al, 50)), ms(pct(al, 99)), ms(pct(kl, 50)), ms(pct(kl, 99)),
+				ratio(pct(al, 50), pct(kl, 50)), ratio(pct(al, 99), pct(kl, 99)))
+			all, allK = append(all, al...), append(allK, kl...)
+		}
+		p("| %d | all %d samples | %s | %s | %s | %s | %.1f× | %.1f× |\n", r.n, len(all), ms(pct(all, 50)), ms(pct(all, 99)),
+			ms(pct(allK, 50)), ms(pct(allK, 99)), ratio(pct(all, 50), pct(allK, 50)), ratio(pct(all, 99), pct(allK, 99)))
+	}
 }
 
 // builtinWriteText says where a built-in sample starts.
@@ -150,13 +181,13 @@ func reportGC(p func(string, ...any), rs []sizeResult) {
 // breakdown in development/BENCHMARKS-HISTORY.md joins them with the agent's timestamps).
 func writeSamples(path string, rs []sizeResult) error {
 	var b strings.Builder
-	b.WriteString("side,endpoints,round,address,ready,start_unix_ns,event_unix_ns,latency_ns,phase_ns,get_ns\n")
+	b.WriteString("side,endpoints,round,address,ready,start_unix_ns,event_unix_ns,latency_ns,phase_ns,get_ns,rules_ns\n")
 	for _, r := range rs {
 		for i, rd := range r.rounds {
 			for side, ss := range map[string][]sample{"agent": rd.agent, "builtin": rd.kcm} {
 				for _, s := range ss {
-					fmt.Fprintf(&b, "%s,%d,%d,%s,%t,%d,%d,%d,%d,%d\n", side, r.n, i+1, s.addr, s.ready,
-						s.start.UnixNano(), s.start.Add(s.latency).UnixNano(), int64(s.latency), int64(s.phase), int64(s.get))
+					fmt.Fprintf(&b, "%s,%d,%d,%s,%t,%d,%d,%d,%d,%d,%d\n", side, r.n, i+1, s.addr, s.ready,
+						s.start.UnixNano(), s.start.Add(s.latency).UnixNano(), int64(s.latency), int64(s.phase), int64(s.get), int64(s.rules))
 				}
 			}
 		}

@@ -12,6 +12,7 @@
 #   SIZES=100 SAMPLES=20 ROUNDS=1 bench/publish/run.sh
 #   AGENT=/path/to/agent bench/publish/run.sh     # an agent built elsewhere
 #   POLICIES=0 bench/publish/run.sh               # without the chart's admission policies (the runs before 2026-12-04)
+#   DATAPLANE=kube-proxy bench/publish/run.sh     # also up to kube-proxy's rules (nft monitor): the latency a client sees
 #
 # By default the chart's ValidatingAdmissionPolicies are installed (rendered with the default
 # settings by tests/internal/cmd/renderchart) and the agent acts as its service account on its
@@ -34,4 +35,4 @@ if [[ ${POLICIES:-1} != 0 ]]; then
 fi
 # The cluster harness finds go.work (and the tool binaries) from the working directory.
 cd "$root/bench/publish"
-"$tmp/publish" -agent "$agent" -sizes "${SIZES:-100,1000}" -samples "${SAMPLES:-100}" -rounds "${ROUNDS:-3}" "${policies[@]}" ${PUBLISH_ARGS:-}
+"$tmp/publish" -agent "$agent" ${DATAPLANE:+-dataplane "$DATAPLANE"} -sizes "${SIZES:-100,1000}" -samples "${SAMPLES:-100}" -rounds "${ROUNDS:-3}" "${policies[@]}" ${PUBLISH_ARGS:-}
