@@ -58,7 +58,7 @@ type loop struct {
 }
 
 func (d *demo) newLoop(service string, port int32, proto string) *loop {
-	return &loop{d: d, service: service, port: port, proto: proto, created: time.Now(), waiting: "waiting for its Service"}
+	return &loop{d: d, service: service, port: port, proto: proto, created: time.Now(), waiting: "not started yet"}
 }
 
 func (l *loop) add(rs ...cluster.Result) {

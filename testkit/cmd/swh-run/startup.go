@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
@@ -58,7 +59,10 @@ func (l *loop) startUp(ctx context.Context) bool {
 func (d *demo) answering(ctx context.Context, l *loop) (string, error) {
 	var svc corev1.Service
 	if err := d.c.Env.Client.Get(ctx, client.ObjectKey{Namespace: demoNamespace, Name: l.service}, &svc); err != nil {
-		return "", fmt.Errorf("waiting for Service %s: %w", l.service, err)
+		if apierrors.IsNotFound(err) {
+			return "waiting for the controller to create Service " + l.service, nil
+		}
+		return "", fmt.Errorf("reading Service %s: %w", l.service, err)
 	}
 	family := l.family
 	if family == "" && len(svc.Spec.IPFamilies) > 0 {
