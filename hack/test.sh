@@ -53,7 +53,9 @@ standalone_pid=$!
 
 # The longest packages first (development/BENCHMARKS.md, "make test"): go test starts packages in
 # the order it is given them, and a long one started last is the whole run's tail. A package
-# named twice runs once.
+# named twice runs once. images/agent/internal/agent's binary runs its tests as two isolated
+# processes side by side (its shard_test.go: the tests wait on probes and graces, not on CPU), so
+# the package holds its slot for about 110 s, not 210 s.
 pkgs=(./images/agent/internal/agent ./testkit/cluster ./tests/e2e/... ./testkit/cmd/swh-run)
 for m in "${modules[@]}"; do pkgs+=("./$m/..."); done
 t=$(date +%s)
