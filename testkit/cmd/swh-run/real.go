@@ -86,7 +86,7 @@ func (d *demo) upReal(ctx context.Context) error {
 	d.real = r
 	var kubeletDir, toolsDir string
 	var archives []string
-	if err := d.step("finding the kubelet, containerd and the CNI plugins (tool cache) and building the local images", func() (string, error) {
+	if err := d.step("building the kubelet, containerd and the CNI plugins (when the tool cache has none) and the local images", func() (string, error) {
 		var err error
 		if kubeletDir, err = realnode.ToolDir("node"); err != nil {
 			return "", err
@@ -100,7 +100,7 @@ func (d *demo) upReal(ctx context.Context) error {
 		}
 		r.dirs = append(r.dirs, imgDir)
 		archives, err = realnode.BuildImages(imgDir)
-		return fmt.Sprintf("built the local images (%d archives)", len(archives)), err
+		return fmt.Sprintf("the kubelet, containerd and the CNI plugins are in the tool cache; built the local images (%d archives)", len(archives)), err
 	}); err != nil {
 		return err
 	}
