@@ -15,7 +15,9 @@ import (
 
 func TestReadyEndpoints(t *testing.T) {
 	ptr := func(b bool) *bool { return &b }
-	port := func(name string, n int32) discoveryv1.EndpointPort { return discoveryv1.EndpointPort{Name: &name, Port: &n} }
+	port := func(name string, n int32) discoveryv1.EndpointPort {
+		return discoveryv1.EndpointPort{Name: &name, Port: &n}
+	}
 	ep := func(ready *bool, addrs ...string) discoveryv1.Endpoint {
 		return discoveryv1.Endpoint{Addresses: addrs, Conditions: discoveryv1.EndpointConditions{Ready: ready}}
 	}
