@@ -6,7 +6,8 @@
 # done, with the time it took; a step still running after 2 s says what it is doing, and again
 # every 15 s, so that a terminal is never silent for minutes (the program goes on the same way).
 #
-#   hack/run.sh [SWH-RUN FLAGS...]     as root; --nodes=real also builds the node tool groups
+#   hack/run.sh [SWH-RUN FLAGS...]     as root; --nodes=real also builds the node tool groups,
+#                                      --dataplane=cilium the cilium group
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -72,9 +73,19 @@ step() {
 	echo "make run: $done ($elapsed)"
 }
 
+# The tool groups and the packages the demo's flags need: real nodes a kubelet and containerd;
+# the Cilium dataplane (make run DATAPLANE=cilium, where the branch that adds it is merged) the
+# cilium group and hack/deps.sh --cilium.
 groups=(kube)
+deps_args=()
 for a in "$@"; do
-	if [[ $a == --nodes=real ]]; then groups+=(node containerd); fi
+	case $a in
+	--nodes=real) groups+=(node containerd) ;;
+	--dataplane=cilium)
+		groups+=(cilium)
+		deps_args+=(--cilium)
+		;;
+	esac
 done
 
 bin_dir=$(mktemp -d "${TMPDIR:-/tmp}/swh-run-bin.XXXXXX")
@@ -88,7 +99,7 @@ cleanup() {
 trap 'cleanup; exit 130' INT TERM
 build() { (cd testkit && go build -o "$bin_dir/swh-run" ./cmd/swh-run); }
 status=0
-step "checking the Debian packages (hack/deps.sh)" "Debian packages present" hack/deps.sh &&
+step "checking the Debian packages (hack/deps.sh)" "Debian packages present" hack/deps.sh "${deps_args[@]}" &&
 	step "building the pinned tools: ${groups[*]} (tools/build.sh; minutes the first time on a machine, cached after)" \
 		"pinned tools ready: ${groups[*]}" tools/build.sh "${groups[@]}" &&
 	step "building the demo program (go build ./testkit/cmd/swh-run; a minute or two the first time, cached after)" \
