@@ -109,10 +109,8 @@ NODES ?=
 run: ## Run the product on a local demo cluster with a live view until Ctrl-C (root; development/RUN.md). ARGS="--exit-after-ready" for a smoke run; NODES=real on real kubelet nodes.
 	@if [[ $$(id -u) -ne 0 ]]; then echo "make run: needs root: it creates network namespaces, veth pairs and nftables rules and runs PostgreSQL as the postgres user; run \`sudo make run\`" >&2; exit 1; fi
 	@case "$(NODES)" in ""|real) ;; *) echo "make run: NODES=$(NODES): want NODES=real (real kubelet nodes) or no NODES (network namespace pods)" >&2; exit 1;; esac
-	@hack/deps.sh
-	@tools/build.sh kube $(if $(filter real,$(NODES)),node containerd)
-	@cd testkit && go build -o "$${TMPDIR:-/tmp}/swh-run-$$$$" ./cmd/swh-run && cd .. && \
-		trap 'rm -f "$${TMPDIR:-/tmp}/swh-run-$$$$"' EXIT && "$${TMPDIR:-/tmp}/swh-run-$$$$" $(if $(filter real,$(NODES)),--nodes=real) $(ARGS)
+	@# The packages, the tools, the program's build, then the program: one line per step with its time.
+	@hack/run.sh $(if $(filter real,$(NODES)),--nodes=real) $(ARGS)
 
 .PHONY: run-ctl
 run-ctl: ## Control a running `make run` from a second terminal: make run-ctl ARGS="stop-smtp" (ARGS=help lists the commands).

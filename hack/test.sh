@@ -40,7 +40,7 @@ tools_pid=$!
 # time) run beside the workspace's tests, whose packages spend most of their time waiting on API
 # servers, probes and timeouts: the two cores stay busy without a third heavy suite.
 standalone_log=$(mktemp)
-trap 'rm -f "$standalone_log" "$tools_log"' EXIT
+trap 'rm -f "$standalone_log" "$tools_log" "${go_log:-}"' EXIT
 (
 	for m in "${standalone[@]}"; do
 		t=$(date +%s)
@@ -53,14 +53,22 @@ standalone_pid=$!
 
 # The longest packages first (development/BENCHMARKS.md, "make test"): go test starts packages in
 # the order it is given them, and a long one started last is the whole run's tail. A package
-# named twice runs once.
+# named twice runs once. images/agent/internal/agent's binary runs its tests as two isolated
+# processes side by side (its shard_test.go: the tests wait on probes and graces, not on CPU), so
+# the package holds its slot for about 110 s, not 210 s.
 pkgs=(./images/agent/internal/agent ./testkit/cluster ./tests/e2e/... ./testkit/cmd/swh-run)
 for m in "${modules[@]}"; do pkgs+=("./$m/..."); done
 t=$(date +%s)
 status=0
+go_log=$(mktemp)
 # shellcheck disable=SC2086
-go test $GO_TEST_FLAGS "${pkgs[@]}" || status=$?
+go test $GO_TEST_FLAGS "${pkgs[@]}" 2>&1 | tee "$go_log" || status=$?
 phase "workspace modules" "$t"
+# Where the minutes went: go test's time per package is its test binary's run (the build is not
+# in it); the longest ones decide how long the phase takes (development/BENCHMARKS.md).
+echo "test: the longest packages (their tests' run, without the build): $(awk '($1 == "ok" || $1 == "FAIL") && $3 ~ /^[0-9.]+s$/ {sub(/s$/, "", $3); print $3, $2}' "$go_log" |
+	sort -rn | head -8 | awk '{sub(/^github.com\/deckhouse\/service-with-healthchecks\//, "", $2); printf "%s%s %ss", (NR > 1 ? ", " : ""), $2, $1}')" >&2
+rm -f "$go_log"
 
 wait "$tools_pid" || { status=1; cat "$tools_log" >&2; }
 wait "$standalone_pid" || status=$?

@@ -10,14 +10,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
@@ -82,6 +79,11 @@ type demo struct {
 	s      *stack.Stack
 	c      *cluster.Cluster
 	start  time.Time
+	// cluster is the cluster the demo started on namespace pods (stopped after the stack);
+	// on real nodes realDemo has it.
+	cluster *cluster.Cluster
+	// outMu serializes the progress lines (progress.go).
+	outMu sync.Mutex
 
 	vm        *cluster.Pod
 	web, smtp *cluster.Server
@@ -109,10 +111,6 @@ type demo struct {
 	real *realDemo
 	// bg are the goroutines that must end before the cleanup.
 	bg *sync.WaitGroup
-}
-
-func (d *demo) progress(format string, args ...any) {
-	_, _ = fmt.Fprintf(d.cfg.Out, "swh-run: "+format+"\n", args...)
 }
 
 // run brings the demo up, shows the view until ctx ends (or, with ExitAfterReady, until
@@ -177,127 +175,9 @@ func (d *demo) claimRunDir() error {
 	return nil
 }
 
-func (d *demo) up(ctx context.Context) error {
-	if d.cfg.Nodes == nodesReal {
-		return d.upReal(ctx)
-	}
-	d.progress("building the controller and the agent, starting the API server, etcd, kube-proxy, 2 controllers and an agent per node (about a minute)")
-	s, err := stack.New(ctx, stack.Options{LogDir: filepath.Join(d.runDir, "logs"), DualStack: d.cfg.DualStack})
-	if err != nil {
-		return fmt.Errorf("starting the stack: %w", err)
-	}
-	d.s, d.c = s, s.Cluster
-	if d.kubeconfig, err = d.c.Env.WriteKubeConfig(d.runDir); err != nil {
-		return err
-	}
-	leader, _ := s.Leader()
-	d.progress("controllers ready (controller-%d leads), agents ready on %s; logs in %s", leader, strings.Join(s.Nodes(), ", "), s.LogDir)
-
-	if err := d.c.Env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: demoNamespace}}); err != nil {
-		return fmt.Errorf("creating namespace %s: %w", demoNamespace, err)
-	}
-	nodes := d.c.Nodes
-	d.vm, err = d.c.NewPod(ctx, cluster.PodSpec{
-		Namespace: demoNamespace, Name: vmPod, Node: nodes[0].Name, Labels: map[string]string{"vm": "mail-1"},
-		ContainerPorts: []corev1.ContainerPort{{Name: "http", ContainerPort: webPort}, {Name: "smtp", ContainerPort: smtpPort}},
-	})
-	if err != nil {
-		return err
-	}
-	if d.web, err = d.vm.Serve(cluster.HTTP, webPort); err != nil {
-		return err
-	}
-	if d.smtp, err = d.vm.Serve(cluster.SMTP, smtpPort); err != nil {
-		return err
-	}
-	d.progress("pod %s/%s on %s: HTTP on %d, SMTP on %d", demoNamespace, vmPod, d.vm.Node, webPort, smtpPort)
-
-	for i := range d.dbPods {
-		d.dbPods[i], err = d.c.NewPod(ctx, cluster.PodSpec{
-			Namespace: demoNamespace, Name: fmt.Sprintf("db-%d", i), Node: nodes[i%len(nodes)].Name,
-			Labels:         map[string]string{"app": "db"},
-			ContainerPorts: []corev1.ContainerPort{{Name: "postgres", ContainerPort: pgPort}},
-		})
-		if err != nil {
-			return err
-		}
-	}
-	if err := d.startPostgres(ctx); err != nil {
-		return err
-	}
-	if err := d.startMySQL(ctx); err != nil {
-		return err
-	}
-	if err := d.addGRPCPods(ctx); err != nil {
-		return err
-	}
-	files := append(slices.Clone(exampleFiles), mysqlFiles...)
-	files = append(files, grpcFile)
-	if d.cfg.DualStack {
-		if err := d.addDualStackPods(ctx); err != nil {
-			return err
-		}
-		files = append(files, dualStackFile)
-	}
-	for _, f := range files {
-		if err := s.ApplyFile(ctx, demoNamespace, f); err != nil {
-			return err
-		}
-	}
-	d.progress("applied %s to namespace %s", strings.Join(files, ", "), demoNamespace)
-	d.loops = []*loop{
-		d.newLoop("db-read", pgPort, protoPGRead),
-		d.newLoop("db-write", pgPort, protoPGWrite),
-		d.newLoop("smtp", 25, protoSMTP),
-		d.newLoop("web", 80, protoHTTP),
-		d.newLoop("mysql-db-read", mysqlPort, protoMySQL),
-		d.newLoop("mysql-db-write", mysqlPort, protoMySQL),
-		d.newLoop(grpcResource, grpcPort, protoGRPC),
-	}
-	if d.cfg.DualStack {
-		v4, v6 := d.newLoop(dualStackResource, 80, protoHTTP), d.newLoop(dualStackResource, 80, protoHTTP)
-		v4.family, v6.family = corev1.IPv4Protocol, corev1.IPv6Protocol
-		d.loops = append(d.loops, v4, v6)
-	}
-	for _, l := range d.loops {
-		d.bg.Go(func() { l.run(ctx) })
-	}
-	return nil
-}
-
-// addDualStackPods adds the pods of the dual-stack example, one per node, each with an IPv4 and
-// an IPv6 address and an HTTP server on both.
-func (d *demo) addDualStackPods(ctx context.Context) error {
-	for i, n := range d.c.Nodes {
-		p, err := d.c.NewPod(ctx, cluster.PodSpec{
-			Namespace: demoNamespace, Name: fmt.Sprintf("%s-%d", dualStackResource, i), Node: n.Name,
-			Labels:         map[string]string{"app": dualStackResource},
-			ContainerPorts: []corev1.ContainerPort{{Name: "http", ContainerPort: webPort}},
-		})
-		if err != nil {
-			return err
-		}
-		if _, err := p.Serve(cluster.HTTP, webPort); err != nil {
-			return err
-		}
-		d.dualPods = append(d.dualPods, p)
-		d.progress("pod %s on %s: %s, HTTP on %d", p.Key(), p.Node, joinAddrs(p), webPort)
-	}
-	return nil
-}
-
-// joinAddrs lists a pod's addresses: "198.18.0.7, 2001:2:1::3".
-func joinAddrs(p *cluster.Pod) string {
-	out := make([]string, 0, len(p.IPs))
-	for _, a := range p.IPs {
-		out = append(out, a.String())
-	}
-	return strings.Join(out, ", ")
-}
-
 // startPostgres starts the primary in db-0 and a streaming replica in db-1, with the probe's
 // role from the example Secret and the traffic's role with a table to write to.
-func (d *demo) startPostgres(ctx context.Context) error {
+func (d *demo) startPostgres(ctx context.Context) (string, error) {
 	return d.startPostgresIn(ctx, [2]postgres.Options{
 		{ListenAddress: d.dbPods[0].IP.String(), CommandPrefix: d.dbPods[0].CommandPrefix()},
 		{ListenAddress: d.dbPods[1].IP.String(), CommandPrefix: d.dbPods[1].CommandPrefix()},
@@ -306,22 +186,21 @@ func (d *demo) startPostgres(ctx context.Context) error {
 
 // startPostgresIn starts the primary (db-0) and the replica (db-1) with opts, in the pods on
 // nodes.
-func (d *demo) startPostgresIn(ctx context.Context, opts [2]postgres.Options, nodes [2]string) error {
+func (d *demo) startPostgresIn(ctx context.Context, opts [2]postgres.Options, nodes [2]string) (string, error) {
 	user, password, err := exampleCredentials()
 	if err != nil {
-		return err
+		return "", err
 	}
-	d.progress("starting PostgreSQL: primary in db-0 (%s), streaming replica in db-1 (%s)", nodes[0], nodes[1])
 	primary, err := postgres.Start(ctx, opts[0])
 	if err != nil {
-		return err
+		return "", err
 	}
 	d.pg[0] = primary
 	if err := primary.CreateRole(ctx, user, password); err != nil {
-		return err
+		return "", err
 	}
 	if err := primary.CreateRole(ctx, appUser, appPassword); err != nil {
-		return err
+		return "", err
 	}
 	for _, q := range []string{
 		"CREATE TABLE hits (n bigint NOT NULL)",
@@ -329,15 +208,15 @@ func (d *demo) startPostgresIn(ctx context.Context, opts [2]postgres.Options, no
 		"GRANT SELECT, UPDATE ON hits TO " + appUser,
 	} {
 		if err := primary.Exec(ctx, q); err != nil {
-			return err
+			return "", err
 		}
 	}
 	replica, err := primary.StartReplica(ctx, opts[1])
 	if err != nil {
-		return err
+		return "", err
 	}
 	d.pg[1] = replica
-	return nil
+	return fmt.Sprintf("PostgreSQL 15: primary in db-0 (%s), streaming replica in db-1 (%s)", nodes[0], nodes[1]), nil
 }
 
 // exampleCredentials are the user and password of docs/examples/db-credentials.yaml.
@@ -417,6 +296,11 @@ func (d *demo) cleanup() error {
 	}
 	if d.s != nil {
 		if err := d.s.Stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if d.cluster != nil {
+		if err := d.cluster.Stop(); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -36,7 +36,8 @@ const (
 )
 
 // addGRPCPods adds the pods of the gRPC example with their servers, every status SERVING.
-func (d *demo) addGRPCPods(ctx context.Context) error {
+func (d *demo) addGRPCPods(ctx context.Context) (string, error) {
+	var done []string
 	for i, n := range d.c.Nodes {
 		p, err := d.c.NewPod(ctx, cluster.PodSpec{
 			Namespace: demoNamespace, Name: fmt.Sprintf("%s-%d", grpcResource, i), Node: n.Name,
@@ -47,10 +48,10 @@ func (d *demo) addGRPCPods(ctx context.Context) error {
 			},
 		})
 		if err != nil {
-			return err
+			return "", err
 		}
 		if _, err := p.Serve(cluster.HTTP, webPort); err != nil {
-			return err
+			return "", err
 		}
 		var ln net.Listener
 		if err := p.InNetns(func() error {
@@ -58,16 +59,16 @@ func (d *demo) addGRPCPods(ctx context.Context) error {
 			ln, lerr = net.Listen("tcp", net.JoinHostPort(p.IP.String(), strconv.Itoa(grpcPort)))
 			return lerr
 		}); err != nil {
-			return fmt.Errorf("listening for gRPC in pod %s: %w", p.Key(), err)
+			return "", fmt.Errorf("listening for gRPC in pod %s: %w", p.Key(), err)
 		}
 		srv := grpchealth.Serve(ln, grpchealth.Options{})
 		srv.Set(grpcService, grpchealth.Serving)
 		srv.Set(podServicePrefix+p.Name, grpchealth.Serving)
 		d.grpcPods = append(d.grpcPods, p)
 		d.grpcServers = append(d.grpcServers, srv)
-		d.progress("pod %s on %s: gRPC health on %d (%s SERVING), HTTP on %d", p.Key(), p.Node, grpcPort, grpcService, webPort)
+		done = append(done, p.Key()+" on "+p.Node)
 	}
-	return nil
+	return fmt.Sprintf("pods %s: gRPC health on %d (%s SERVING), HTTP on %d", strings.Join(done, ", "), grpcPort, grpcService, webPort), nil
 }
 
 // setGRPC makes orders-0's health service answer st for grpcService.

@@ -48,15 +48,29 @@ type loop struct {
 
 	mu      sync.Mutex
 	results cluster.Results
+	// waiting is what the loop waits for in its start-up (startup.go); countFrom is when it
+	// started counting (zero before).
+	waiting   string
+	created   time.Time
+	countFrom time.Time
+	// totalOK and totalFailed count every request since countFrom.
+	totalOK, totalFailed int
 }
 
 func (d *demo) newLoop(service string, port int32, proto string) *loop {
-	return &loop{d: d, service: service, port: port, proto: proto}
+	return &loop{d: d, service: service, port: port, proto: proto, created: time.Now(), waiting: "not started yet"}
 }
 
 func (l *loop) add(rs ...cluster.Result) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for _, r := range rs {
+		if r.OK {
+			l.totalOK++
+		} else {
+			l.totalFailed++
+		}
+	}
 	l.results = append(l.results, rs...)
 	cut := time.Now().Add(-l.d.cfg.Window)
 	i := sort.Search(len(l.results), func(i int) bool { return !l.results[i].Start.Before(cut) })
@@ -71,7 +85,12 @@ func (l *loop) window() cluster.Results {
 	return append(cluster.Results(nil), l.results...)
 }
 
+// run sends the loop's requests until ctx ends, from the moment its Service can answer (its
+// start-up: startUp).
 func (l *loop) run(ctx context.Context) {
+	if !l.startUp(ctx) {
+		return
+	}
 	for ctx.Err() == nil {
 		switch l.proto {
 		case protoPGRead, protoPGWrite:
@@ -196,6 +215,16 @@ type Summary struct {
 	LastErr string
 	// LastOK tells whether the newest request succeeded.
 	LastOK bool
+	// Waiting is what the loop waits for before it counts (its start-up), "" once it counts.
+	Waiting string
+	// CountFrom is when the loop started counting, zero in its start-up.
+	CountFrom time.Time
+	// StartUp is how long the loop's start-up took (CountFrom set) or has taken so far.
+	StartUp time.Duration
+	// CountFromUp is the demo's uptime at CountFrom (the header's "up").
+	CountFromUp time.Duration
+	// TotalOK and TotalFailed count every request since CountFrom, not only the window's.
+	TotalOK, TotalFailed int
 }
 
 func (l *loop) summary(ctx context.Context) Summary {
@@ -215,6 +244,14 @@ func (l *loop) summary(ctx context.Context) Summary {
 	}
 	if len(rs) > 0 {
 		s.LastOK = rs[len(rs)-1].OK
+	}
+	l.mu.Lock()
+	s.Waiting, s.CountFrom, s.TotalOK, s.TotalFailed = l.waiting, l.countFrom, l.totalOK, l.totalFailed
+	l.mu.Unlock()
+	if s.CountFrom.IsZero() {
+		s.StartUp = time.Since(l.created)
+	} else {
+		s.StartUp, s.CountFromUp = s.CountFrom.Sub(l.created), s.CountFrom.Sub(l.d.start)
 	}
 	return s
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,6 +51,7 @@ func TestTheDemoComesUpAndReactsToAControlCommand(t *testing.T) {
 
 	waitFor(4*time.Minute, func(v *View) bool { return v.Ready }, "every resource publishes its pods and the traffic is OK")
 	v := latest.Load()
+	assertStartUp(t, v, d.out.String(), 9)
 	wantIn := map[string][]string{"db-read": {"db-0", "db-1"}, "db-write": {"db-0"}, "smtp": {"vm-0"}, "web": {"vm-0"},
 		"mysql-db-read": {"mysql-0", "mysql-1"}, "mysql-db-write": {"mysql-0"}}
 	for name, pods := range wantIn {
@@ -120,6 +122,15 @@ func TestTheDemoComesUpAndReactsToAControlCommand(t *testing.T) {
 		return !smtp.In && strings.Contains(smtp.Why, "connection refused") && web.In &&
 			strings.Contains(v.Text, "OUT vm-0") && strings.Contains(v.Text, "stop-smtp: SMTP server of vm-0 stopped")
 	}, "vm-0 leaves smtp with the probe's reason and stays in web")
+	// A failure after the start-up is counted: smtp has no server left, so its requests fail, in
+	// the window and in the count since its start-up, while web's do not.
+	waitFor(time.Minute, func(v *View) bool {
+		return v.Traffic["smtp"].TotalFailed > 0 && v.Traffic["smtp"].Failed > 0
+	}, "the failed SMTP requests after the start-up are counted")
+	v = latest.Load()
+	assert.Regexp(t, `traffic smtp [0-9.]+:25: \d+ ok, [1-9]\d* failed .* · since up \d+s: \d+ ok, [1-9]\d* failed\n`, v.Text)
+	assert.Zero(t, v.Traffic["web"].TotalFailed, "web kept answering")
+	assert.Error(t, failedSinceStartUp(v), "a smoke run would fail now")
 
 	// gRPC: orders-0's health answers NOT_SERVING for the probed service; it leaves grpc with the
 	// probe's reason from the resource's status and stays in rest, and comes back on SERVING.
@@ -160,6 +171,31 @@ func TestTheDemoComesUpAndReactsToAControlCommand(t *testing.T) {
 	assert.NoDirExists(t, runDir, "the run folder and its socket are removed")
 	err = runCtl(sock, []string{"stop-smtp"}, io.Discard)
 	require.ErrorContains(t, err, "no demo is running")
+}
+
+// assertStartUp checks a ready view and the demo's output up to it: the start-up printed one
+// line per step with its time; every one of the want traffic loops counts real requests
+// (answered, none failed) since its start-up ended, and its start-up was shown apart first.
+func assertStartUp(t *testing.T, v *View, out string, want int) {
+	t.Helper()
+	for _, step := range []string{
+		"built the controller and the agent",
+		"controllers ready (controller-",
+		"applied docs/examples/",
+	} {
+		assert.Regexp(t, `(?m)^swh-run: `+regexp.QuoteMeta(step)+`.* \((\d+\.\d|\d+m\d+)s\)$`, out, "the start-up step %q says what it did and how long it took", step)
+	}
+	assert.Regexp(t, `(?m)^swh-run: up in (\d+\.\d|\d+m\d+)s; the view follows`, out)
+	assert.Contains(t, out, ": starting (", "a view showed a traffic loop in its start-up")
+	require.Len(t, v.Traffic, want)
+	for name, sum := range v.Traffic {
+		assert.False(t, sum.CountFrom.IsZero(), "%s counts", name)
+		assert.Positive(t, sum.TotalOK, "%s: requests answered since its start-up", name)
+		assert.Zero(t, sum.TotalFailed, "%s: no request failed since its start-up", name)
+	}
+	assert.NoError(t, failedSinceStartUp(v))
+	assert.NotContains(t, v.Text, ": starting (")
+	assert.Regexp(t, `· since up \d+s: [1-9]\d* ok, 0 failed\n`, v.Text)
 }
 
 // Without root the program says why in one line and exits non-zero.

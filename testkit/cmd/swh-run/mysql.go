@@ -36,13 +36,13 @@ const (
 // startMySQL adds the pods, starts the primary in mysql-0 and a replica in mysql-1 (read_only,
 // replicating for real), and creates on each, outside the binary log, the probe's account of the
 // example Secret (no rights, as docs/EXAMPLES.md says) and the traffic's.
-func (d *demo) startMySQL(ctx context.Context) error {
+func (d *demo) startMySQL(ctx context.Context) (string, error) {
 	user, password, err := mysqlCredentials()
 	if err != nil {
-		return err
+		return "", err
 	}
 	if _, err := os.Stat(mariadb.Daemon); err != nil {
-		return fmt.Errorf("MariaDB is missing (%s): run `make deps` (as root)", mariadb.Daemon)
+		return "", fmt.Errorf("MariaDB is missing (%s): run `make deps` (as root)", mariadb.Daemon)
 	}
 	for i := range d.mysqlPods {
 		d.mysqlPods[i], err = d.c.NewPod(ctx, cluster.PodSpec{
@@ -51,26 +51,25 @@ func (d *demo) startMySQL(ctx context.Context) error {
 			ContainerPorts: []corev1.ContainerPort{{Name: "mysql", ContainerPort: mysqlPort, Protocol: corev1.ProtocolTCP}},
 		})
 		if err != nil {
-			return err
+			return "", err
 		}
 	}
-	d.progress("starting MariaDB: primary in %s (%s), replica in %s (%s)",
-		d.mysqlPods[0].Name, d.mysqlPods[0].Node, d.mysqlPods[1].Name, d.mysqlPods[1].Node)
 	for i, p := range d.mysqlPods {
 		if d.mysql[i], err = mariadb.Start(ctx, p.MariaDBOptions(mariadb.Options{ServerID: i + 1})); err != nil {
-			return err
+			return "", err
 		}
 	}
 	if err := d.mysql[1].ReplicateFrom(ctx, d.mysql[0]); err != nil {
-		return err
+		return "", err
 	}
 	for _, srv := range d.mysql {
 		if err := srv.Exec(ctx, fmt.Sprintf("SET sql_log_bin = 0; CREATE USER %s@'%%' IDENTIFIED BY %s; "+
 			"CREATE USER %s@'%%' IDENTIFIED BY %s", sqlQuote(user), sqlQuote(password), sqlQuote(mysqlApp), sqlQuote(mysqlAppPassword))); err != nil {
-			return err
+			return "", err
 		}
 	}
-	return nil
+	return fmt.Sprintf("MariaDB: primary in %s (%s), replica in %s (%s)",
+		d.mysqlPods[0].Name, d.mysqlPods[0].Node, d.mysqlPods[1].Name, d.mysqlPods[1].Node), nil
 }
 
 // mysqlFailover promotes the replica and makes the old primary its read_only replica: the

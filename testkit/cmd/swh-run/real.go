@@ -84,65 +84,110 @@ func realNodeNames() []string {
 func (d *demo) upReal(ctx context.Context) error {
 	r := &realDemo{podIPs: map[string]string{}}
 	d.real = r
-	d.progress("building the kubelet, containerd and the CNI plugins (tool cache) and the local images")
-	kubeletDir, err := realnode.ToolDir("node")
-	if err != nil {
+	var kubeletDir, toolsDir string
+	var archives []string
+	if err := d.step("building the kubelet, containerd and the CNI plugins (when the tool cache has none) and the local images", func() (string, error) {
+		var err error
+		if kubeletDir, err = realnode.ToolDir("node"); err != nil {
+			return "", err
+		}
+		if toolsDir, err = realnode.ToolDir("containerd"); err != nil {
+			return "", err
+		}
+		imgDir, err := os.MkdirTemp("", "swh-run-images-")
+		if err != nil {
+			return "", err
+		}
+		r.dirs = append(r.dirs, imgDir)
+		archives, err = realnode.BuildImages(imgDir)
+		return fmt.Sprintf("the kubelet, containerd and the CNI plugins are in the tool cache; built the local images (%d archives)", len(archives)), err
+	}); err != nil {
 		return err
 	}
-	toolsDir, err := realnode.ToolDir("containerd")
-	if err != nil {
+	var bins stack.Binaries
+	if err := d.step("building the controller and the agent (go build: a minute or two the first time, cached after)", func() (string, error) {
+		var err error
+		bins, err = stack.Build()
+		return "built the controller and the agent", err
+	}); err != nil {
+		return fmt.Errorf("building the programs: %w", err)
+	}
+	if err := d.step("starting the API server (Node authorizer, NodeRestriction), etcd and kube-proxy", func() (string, error) {
+		c, err := cluster.New(cluster.Options{
+			Nodes:     []cluster.Node{{Name: proxyNode, Zone: "zone-a"}},
+			KubeProxy: true,
+			ControlPlane: controlplane.Options{APIServerFlags: map[string]string{
+				"authorization-mode":       "Node,RBAC",
+				"enable-admission-plugins": "NodeRestriction",
+			}},
+		})
+		if err != nil {
+			return "", fmt.Errorf("starting the cluster: %w", err)
+		}
+		r.cluster, d.c = c, c
+		return "started the API server (Node authorizer, NodeRestriction), etcd and kube-proxy (as node " + proxyNode + ")", nil
+	}); err != nil {
 		return err
 	}
-	imgDir, err := os.MkdirTemp("", "swh-run-images-")
-	if err != nil {
-		return err
-	}
-	r.dirs = append(r.dirs, imgDir)
-	archives, err := realnode.BuildImages(imgDir)
-	if err != nil {
-		return err
-	}
-	d.progress("starting the API server (Node authorizer, NodeRestriction), etcd and kube-proxy")
-	c, err := cluster.New(cluster.Options{
-		Nodes:     []cluster.Node{{Name: proxyNode, Zone: "zone-a"}},
-		KubeProxy: true,
-		ControlPlane: controlplane.Options{APIServerFlags: map[string]string{
-			"authorization-mode":       "Node,RBAC",
-			"enable-admission-plugins": "NodeRestriction",
-		}},
-	})
-	if err != nil {
-		return fmt.Errorf("starting the cluster: %w", err)
-	}
-	r.cluster = c
+	c := r.cluster
 	for _, spec := range realSpecs {
-		if err := r.startNode(ctx, c, spec, toolsDir, filepath.Join(kubeletDir, "kubelet"), archives); err != nil {
+		if err := d.step("starting real node "+spec.Name+" (a kubelet and containerd)", func() (string, error) {
+			err := r.startNode(ctx, c, spec, toolsDir, filepath.Join(kubeletDir, "kubelet"), archives)
+			return "real node " + spec.Name + " Ready", err
+		}); err != nil {
 			return err
 		}
 	}
-	d.progress("real nodes %s Ready (a kubelet and containerd each); starting 2 controllers and an agent per node", strings.Join(realNodeNames(), ", "))
-	s, err := stack.New(ctx, stack.Options{Cluster: c, AgentNodes: realNodeNames(), LogDir: filepath.Join(d.runDir, "logs")})
-	if err != nil {
-		return fmt.Errorf("starting the stack: %w", err)
+	if err := d.step("starting 2 controllers and an agent per node", func() (string, error) {
+		s, err := stack.New(ctx, stack.Options{Cluster: c, AgentNodes: realNodeNames(), Binaries: &bins, LogDir: filepath.Join(d.runDir, "logs")})
+		if err != nil {
+			return "", fmt.Errorf("starting the stack: %w", err)
+		}
+		d.s = s
+		leader, _ := s.Leader()
+		return fmt.Sprintf("controllers ready (controller-%d leads), agents ready on %s; logs in %s", leader, strings.Join(s.Nodes(), ", "), s.LogDir), nil
+	}); err != nil {
+		return err
 	}
-	d.s, d.c = s, c
+	var err error
 	if d.kubeconfig, err = c.Env.WriteKubeConfig(d.runDir); err != nil {
 		return err
 	}
-	leader, _ := s.Leader()
-	d.progress("controllers ready (controller-%d leads), agents ready on %s; logs in %s", leader, strings.Join(s.Nodes(), ", "), s.LogDir)
 	if err := c.Env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: demoNamespace}}); err != nil {
 		return fmt.Errorf("creating namespace %s: %w", demoNamespace, err)
 	}
-	vm, err := r.runPod(ctx, c, realPod(vmPod, realSpecs[0].Name, map[string]string{"vm": "mail-1"}, realnode.TestServerImage,
-		[]string{fmt.Sprintf("-control=:%d", realControlPort), fmt.Sprintf("http=:%d", webPort), fmt.Sprintf("smtp=:%d", smtpPort)},
-		[]corev1.ContainerPort{{Name: "http", ContainerPort: webPort}, {Name: "smtp", ContainerPort: smtpPort}}))
-	if err != nil {
+	if err := d.step("starting pod "+demoNamespace+"/"+vmPod+" (the kubelet runs a container of "+realnode.TestServerImage+")", func() (string, error) {
+		vm, err := r.runPod(ctx, c, realPod(vmPod, realSpecs[0].Name, map[string]string{"vm": "mail-1"}, realnode.TestServerImage,
+			[]string{fmt.Sprintf("-control=:%d", realControlPort), fmt.Sprintf("http=:%d", webPort), fmt.Sprintf("smtp=:%d", smtpPort)},
+			[]corev1.ContainerPort{{Name: "http", ContainerPort: webPort}, {Name: "smtp", ContainerPort: smtpPort}}))
+		if err != nil {
+			return "", err
+		}
+		r.vmIP = vm.Status.PodIP
+		return fmt.Sprintf("pod %s/%s on %s (%s): a container of %s, HTTP on %d, SMTP on %d, its control listener on %d",
+			demoNamespace, vmPod, vm.Spec.NodeName, r.vmIP, realnode.TestServerImage, webPort, smtpPort, realControlPort), nil
+	}); err != nil {
 		return err
 	}
-	r.vmIP = vm.Status.PodIP
-	d.progress("pod %s/%s on %s (%s): a container of %s, HTTP on %d, SMTP on %d, its control listener on %d",
-		demoNamespace, vmPod, vm.Spec.NodeName, r.vmIP, realnode.TestServerImage, webPort, smtpPort, realControlPort)
+	if err := d.step("starting pods db-0 and db-1 and PostgreSQL in them", func() (string, error) { return d.startRealDB(ctx, r, c) }); err != nil {
+		return err
+	}
+	if err := d.step("applying the examples", func() (string, error) { return d.apply(ctx, exampleFiles) }); err != nil {
+		return err
+	}
+	d.loops = []*loop{
+		d.newLoop("db-read", pgPort, protoPGRead),
+		d.newLoop("db-write", pgPort, protoPGWrite),
+		d.newLoop("smtp", 25, protoSMTP),
+		d.newLoop("web", 80, protoHTTP),
+	}
+	d.startLoops(ctx)
+	return nil
+}
+
+// startRealDB runs the db pods (pause containers) on the real nodes and PostgreSQL in their
+// network namespaces.
+func (d *demo) startRealDB(ctx context.Context, r *realDemo, c *cluster.Cluster) (string, error) {
 	var netns [2]string
 	var ips [2]string
 	for i := range netns {
@@ -150,33 +195,15 @@ func (d *demo) upReal(ctx context.Context) error {
 		p, err := r.runPod(ctx, c, realPod(fmt.Sprintf("db-%d", i), spec.Name, map[string]string{"app": "db"}, realnode.PauseImage, nil,
 			[]corev1.ContainerPort{{Name: "postgres", ContainerPort: pgPort}}))
 		if err != nil {
-			return err
+			return "", err
 		}
 		n, _ := r.node(spec.Name)
 		if netns[i], err = n.PodNetns(string(p.UID)); err != nil {
-			return err
+			return "", err
 		}
 		ips[i] = p.Status.PodIP
 	}
-	if err := d.startRealPostgres(ctx, netns, ips); err != nil {
-		return err
-	}
-	for _, f := range exampleFiles {
-		if err := s.ApplyFile(ctx, demoNamespace, f); err != nil {
-			return err
-		}
-	}
-	d.progress("applied %s to namespace %s", strings.Join(exampleFiles, ", "), demoNamespace)
-	d.loops = []*loop{
-		d.newLoop("db-read", pgPort, protoPGRead),
-		d.newLoop("db-write", pgPort, protoPGWrite),
-		d.newLoop("smtp", 25, protoSMTP),
-		d.newLoop("web", 80, protoHTTP),
-	}
-	for _, l := range d.loops {
-		d.bg.Go(func() { l.run(ctx) })
-	}
-	return nil
+	return d.startRealPostgres(ctx, netns, ips)
 }
 
 // startNode starts one real node and waits until its Node is Ready.
@@ -266,7 +293,7 @@ func (r *realDemo) runPod(ctx context.Context, c *cluster.Cluster, pod *corev1.P
 
 // startRealPostgres is startPostgres for the real-node demo: the servers run in the db pods'
 // network namespaces.
-func (d *demo) startRealPostgres(ctx context.Context, netns, ips [2]string) error {
+func (d *demo) startRealPostgres(ctx context.Context, netns, ips [2]string) (string, error) {
 	prefix := func(i int) []string { return []string{"nsenter", "--net=" + netns[i], "--"} }
 	return d.startPostgresIn(ctx, [2]postgres.Options{
 		{ListenAddress: ips[0], CommandPrefix: prefix(0)},

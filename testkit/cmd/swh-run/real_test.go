@@ -71,6 +71,7 @@ func TestRealNodeDemoComesUp(t *testing.T) {
 	latest, waitFor, stop := &d.latest, d.waitFor, d.stop
 	waitFor(5*time.Minute, func(v *View) bool { return v.Ready }, "every resource publishes its pods and the traffic is OK")
 	v := latest.Load()
+	assertStartUp(t, v, d.out.String(), 4)
 	wantIn := map[string][]string{"db-read": {"db-0", "db-1"}, "db-write": {"db-0"}, "smtp": {"vm-0"}, "web": {"vm-0"}}
 	require.Len(t, v.Resources, len(wantIn), "no dual-stack resource on real nodes")
 	for name, pods := range wantIn {

@@ -5,6 +5,7 @@ package agent_test
 
 import (
 	"context"
+	"os"
 	"sort"
 	"sync"
 	"testing"
@@ -36,10 +37,14 @@ import (
 var shared cluster.Shared
 
 // TestMain isolates the binary (own network, mount and PID namespaces), stops the shared
-// cluster after the tests and fails the package if they leave anything. The informer-cache
+// cluster after the tests and fails the package if they leave anything; a plain run is two
+// such processes side by side (shard_test.go). The informer-cache
 // mutation detector is on: the reconciler reads pods and slices without copies.
 func TestMain(m *testing.M) {
 	controlplane.DetectCacheMutations()
+	if code, ran := shard(); ran {
+		os.Exit(code)
+	}
 	cluster.Main(m, cluster.Options{
 		KubeProxy: true,
 		Nodes:     []cluster.Node{{Name: "node-a", Zone: "zone-a"}, {Name: "node-b", Zone: "zone-b"}},
