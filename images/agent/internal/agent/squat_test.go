@@ -26,9 +26,10 @@ import (
 // (its own content, no endpoints, annotated for its own node, for the live resource: what the
 // agents' admission policy cannot refuse when the name is a digest). node-a's agent reports the
 // name taken and publishes its other port. When the squatter goes (the controller deletes it:
-// gc.NameNotItsNode), node-a's agent publishes the name at once, on the deletion's event, not
-// after ConflictRecheck: the deadline is half of it, so the test fails when only the recheck
-// brings the agent back. Positive control: node-b's honest slice of the same resource, under
+// gc.NameNotItsNode), node-a's agent publishes the name within a probe period of the
+// resource (it looks again that soon while a squatter holds a name), not after ConflictRecheck:
+// the deadline is half of the recheck, so the test fails when only the recheck brings the agent
+// back. Positive control: node-b's honest slice of the same resource, under
 // its own name, is no squatter and does not make node-a reconcile anything away.
 func TestSquatOfItsNameIsUndoneAndTheAgentPublishes(t *testing.T) {
 	c := testCluster(t)
@@ -53,7 +54,7 @@ func TestSquatOfItsNameIsUndoneAndTheAgentPublishes(t *testing.T) {
 		"web-smtp-node-a": {ip(p): "TTF"},
 		honest.Name:       {},
 	})
-	eventuallyEvent(t, c, ns, agent.ReasonSliceNameTaken, "web: EndpointSlice "+victim.Name()+" is held by")
+	eventuallyEvent(t, c, ns, agent.ReasonSliceNameTaken, "web: EndpointSlice "+victim.Name()+` is held by the slice of resource "web", port "http", node "node-b", whose name is not that node's`)
 
 	require.NoError(t, c.Env.Client.Delete(t.Context(), squatter))
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -63,7 +64,7 @@ func TestSquatOfItsNameIsUndoneAndTheAgentPublishes(t *testing.T) {
 		if assert.Len(ct, s.Endpoints, 1) {
 			assert.Equal(ct, ip(p), s.Endpoints[0].Addresses[0])
 		}
-	}, agent.ConflictRecheck/2, 50*time.Millisecond, "node-a's agent publishes on the squatter's deletion, not after its conflict recheck")
+	}, agent.ConflictRecheck/2, 50*time.Millisecond, "node-a's agent publishes within a probe period of the squatter's deletion, not after its conflict recheck")
 	var kept discoveryv1.EndpointSlice
 	assert.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKeyFromObject(honest), &kept), "node-b's honest slice stays")
 }

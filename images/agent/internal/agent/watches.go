@@ -149,13 +149,10 @@ func (r *Reconciler) resourcesOfPod(ctx context.Context, o client.Object) []reco
 	return out
 }
 
-// resourceOfSlice maps a slice of this node to the resource it was published for, and so a
-// slice of another node whose name is not its node's (slicemeta.NameIsItsNodes: squatting, issue
-// 40): it may hold a name of this node's slices, and when the controller deletes it, this agent
-// publishes that name at once rather than after ConflictRecheck.
+// resourceOfSlice maps a slice of this node to the resource it was published for.
 func (r *Reconciler) resourceOfSlice(_ context.Context, o client.Object) []reconcile.Request {
 	s, ok := o.(*discoveryv1.EndpointSlice)
-	if !ok || (slicemeta.NodeOf(s) != r.Node && slicemeta.NameIsItsNodes(s)) {
+	if !ok || slicemeta.NodeOf(s) != r.Node {
 		return nil
 	}
 	name := slicemeta.ResourceOf(s)
