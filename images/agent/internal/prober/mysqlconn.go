@@ -35,7 +35,7 @@ var errMySQLPacketTooLarge = &readLimitError{
 // the driver reports most of them as "invalid connection".
 type mysqlPacketConn struct {
 	net.Conn
-	realTLS *tls.Config               // the probe's TLS to the pod, after the driver's first write; nil: none
+	realTLS *tls.Config                // the probe's TLS to the pod, after the driver's first write; nil: none
 	relay   atomic.Pointer[mysqlRelay] // the TLS to the pod, once started (Close may run on another goroutine)
 	buf     []byte                     // read from the socket, not yet returned
 	cleared int                        // buf[:cleared] are checked and may be returned
