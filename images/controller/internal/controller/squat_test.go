@@ -101,3 +101,10 @@ func TestSquatSlicesAreDeletedWithAnEventAndTheHonestOnesKept(t *testing.T) {
 		assert.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(s), s), "the honest slice %s is kept", s.Name)
 	}
 }
+
+// chunkNamed names a slice of resource web as further chunk k of its port on nodeName: a name
+// the node's agent may take (a slice under another name is a squatter, gc.NameNotItsNode), for
+// tests that write several slices of one port and node.
+func chunkNamed(port, nodeName string, k int) sliceOpt {
+	return named(slicemeta.SliceKey{Resource: "web", Port: port, Node: nodeName, Chunk: k}.Name())
+}
