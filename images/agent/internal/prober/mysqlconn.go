@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"sync/atomic"
+	"time"
 )
 
 // mysqlHeaderBytes is the size of a MySQL packet header: a 24-bit payload length and a
@@ -120,6 +121,31 @@ func (c *mysqlPacketConn) Write(p []byte) (int, error) {
 	}
 	c.relay.Store(r)
 	return n, nil
+}
+
+// SetDeadline sets the deadlines of the pod's connection and, once the relay runs, of the
+// driver's pipe end too, so the driver's read and write timeouts hold under TLS as without.
+func (c *mysqlPacketConn) SetDeadline(t time.Time) error {
+	if r := c.relay.Load(); r != nil {
+		_ = r.driverSide.SetDeadline(t)
+	}
+	return c.Conn.SetDeadline(t)
+}
+
+// SetReadDeadline is SetDeadline for reads.
+func (c *mysqlPacketConn) SetReadDeadline(t time.Time) error {
+	if r := c.relay.Load(); r != nil {
+		_ = r.driverSide.SetReadDeadline(t)
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
+// SetWriteDeadline is SetDeadline for writes.
+func (c *mysqlPacketConn) SetWriteDeadline(t time.Time) error {
+	if r := c.relay.Load(); r != nil {
+		_ = r.driverSide.SetWriteDeadline(t)
+	}
+	return c.Conn.SetWriteDeadline(t)
 }
 
 // Close closes the relay, if any, and the pod's connection.

@@ -10,7 +10,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -207,7 +206,3 @@ func (r *mysqlRelay) close() {
 	_ = r.inner.NetConn().Close()
 	_ = r.outer.NetConn().Close()
 }
-
-// errRelayClosed stands for a relay that ended without an error of its own (the pod closed the
-// connection: EOF is kept as such).
-var errRelayClosed = errors.New("MySQL TLS relay closed")
