@@ -88,7 +88,7 @@ func (r *Reconciler) recordBudget(o Observed, d Decision) {
 	// series of the first one's note.
 	over := len(d.Targets) - d.Allowed
 	r.Recorder.Eventf(o.Resource, nil, corev1.EventTypeWarning, ReasonProbeBudgetExceeded,
-		eventnote.Action("Probe", "budget", strconv.Itoa(over)+"-of-"+strconv.Itoa(len(d.Targets))),
+		budgetAction(over, len(d.Targets)),
 		"%d of the %d probe targets (pod × probe) of this resource on node %s are over the agent's probe budget (its namespace's share of --max-probe-targets): they are not probed and their ports are published not serving",
 		over, len(d.Targets), r.Node)
 }
@@ -111,4 +111,10 @@ func BudgetNote(s *scheduler.Scheduler) string {
 func (r *Reconciler) budgetOf(res types.NamespacedName) Budget {
 	allowed, ok := r.Scheduler.Allowed(res)
 	return Budget{Limited: ok, Allowed: allowed}
+}
+
+// budgetAction is the action of a ProbeBudgetExceeded Event: Probe/budget/<over>-of-<targets>,
+// the parts of its note that change.
+func budgetAction(over, targets int) string {
+	return eventnote.Action("Probe", "budget", strconv.Itoa(over)+"-of-"+strconv.Itoa(targets))
 }
