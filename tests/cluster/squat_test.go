@@ -178,6 +178,15 @@ func TestExhaustSliceBoundsAreRefusedAtAdmission(t *testing.T) {
 			s.Annotations[notready.Annotation] = notready.Encode(map[string]string{s.Endpoints[0].TargetRef.Name: "connection refused"})
 			return c.Create(ctx, s)
 		}},
+		"its slice with the trigger time kube-proxy measures from": {do: func(ctx context.Context, c client.Client) error {
+			s := web("triggered")
+			s.Annotations[corev1.EndpointsLastChangeTriggerTime] = "2026-12-06T03:09:12.123456789Z"
+			if err := c.Create(ctx, s); err != nil {
+				return err
+			}
+			s.Annotations[corev1.EndpointsLastChangeTriggerTime] = "2026-12-06T03:09:13.5Z"
+			return c.Update(ctx, s)
+		}},
 		"its slice of 1000 endpoints": {do: func(ctx context.Context, c client.Client) error {
 			return c.Create(ctx, many(web("full"), 1000))
 		}},
@@ -206,7 +215,7 @@ func TestExhaustSliceBoundsAreRefusedAtAdmission(t *testing.T) {
 			return c.Update(ctx, s)
 		}},
 
-		"an annotation of its own": {refusal: refusedExtra + " (" + strings.Join(ownLabelKeys, ", ") + ")", do: func(ctx context.Context, c client.Client) error {
+		"an annotation of its own": {refusal: refusedExtra + " (" + strings.Join(ownLabelKeys, ", ") + ") and annotations (network.deckhouse.io/node, network.deckhouse.io/not-ready-reasons, endpoints.kubernetes.io/last-change-trigger-time)", do: func(ctx context.Context, c client.Client) error {
 			s := web("annotated")
 			s.Annotations["attacker.example.com/x"] = "y"
 			return c.Create(ctx, s)
@@ -230,6 +239,11 @@ func TestExhaustSliceBoundsAreRefusedAtAdmission(t *testing.T) {
 			created(t, s)
 			s.Annotations["team.example.com/owner"] = strings.Repeat("x", 100<<10)
 			return c.Update(ctx, s)
+		}},
+		"a trigger time of 200 characters": {refusal: "last-change-trigger-time annotation of an EndpointSlice the agent writes is a time of at most 64 characters, not 200", do: func(ctx context.Context, c client.Client) error {
+			s := web("long-trigger")
+			s.Annotations[corev1.EndpointsLastChangeTriggerTime] = strings.Repeat("9", 200)
+			return c.Create(ctx, s)
 		}},
 		"a label of its own": {refusal: "refused: the label attacker.example.com/x", do: func(ctx context.Context, c client.Client) error {
 			s := web("labelled")
