@@ -123,6 +123,34 @@ func ChunkOf(name, resource, port string) int {
 	return n
 }
 
+// NameIsItsNodes tells whether the slice's name is one the agent of the node it is published
+// for (NodeOf) gives a slice of its resource (ResourceOf), port (PortOf), family and port
+// number: Name with any chunk and, for a split port, its number (the port's) or none, or an IPv6
+// slice's LegacyName (an upgraded agent renames those itself). A slice of this module whose
+// name is not its node's holds a name another node's agent would publish (squatting, issue 40):
+// the agents' admission policy refuses the names it can compute (CEL has no hash, so the
+// digest of a long node name is the controller's to check with this function).
+func NameIsItsNodes(s *discoveryv1.EndpointSlice) bool {
+	node := NodeOf(s)
+	resource := ResourceOf(s)
+	if node == "" || resource == "" {
+		return false
+	}
+	port, _ := PortOf(s)
+	k := SliceKey{Resource: resource, Port: port, Node: node, AddressType: s.AddressType, Chunk: ChunkOf(s.Name, resource, port)}
+	numbers := []int32{0}
+	if len(s.Ports) > 0 && s.Ports[0].Port != nil && *s.Ports[0].Port != 0 {
+		numbers = append(numbers, *s.Ports[0].Port)
+	}
+	for _, n := range numbers {
+		k.SplitPort = n
+		if s.Name == k.Name() || s.Name == k.LegacyName() {
+			return true
+		}
+	}
+	return false
+}
+
 // LegacyName is the name the slice had before the IPv6 marker (Name): the same as Name for an
 // IPv4 slice, <resource>-<port>-<node>[-<number>]-ipv6 for an IPv6 one. An agent upgraded
 // from a version that named IPv6 slices so finds them by their labels and annotation (they are

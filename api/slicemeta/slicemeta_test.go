@@ -316,3 +316,79 @@ func TestResourceAndPortOfASlice(t *testing.T) {
 	assert.True(t, ok, "a single unnamed port has an empty port label, not none")
 	assert.Empty(t, port)
 }
+
+// TestSquatNamesAreNotTheirNodes: a slice published for one node under a name another node's
+// agent publishes (its common name, a chunk, an IPv6 slice, a split port's, the digest of a
+// long node name) is not its node's; the honest agent's own names are.
+func TestSquatNamesAreNotTheirNodes(t *testing.T) {
+	long := strings.Repeat("l", 250)
+	otherLong := strings.Repeat("m", 250)
+	slice := func(k SliceKey, name string) *discoveryv1.EndpointSlice {
+		at := k.AddressType
+		if at == "" {
+			at = discoveryv1.AddressTypeIPv4
+		}
+		s := &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: name, Labels: k.Labels(), Annotations: k.Annotations()},
+			AddressType: at,
+		}
+		if k.Port != "" || k.SplitPort != 0 {
+			number := int32(8080)
+			if k.SplitPort != 0 {
+				number = k.SplitPort
+			}
+			s.Ports = []discoveryv1.EndpointPort{{Name: &k.Port, Port: &number}}
+		}
+		return s
+	}
+	own := func(k SliceKey) *discoveryv1.EndpointSlice { return slice(k, k.Name()) }
+	// as is the slice of k under the name of other.
+	as := func(k, other SliceKey) *discoveryv1.EndpointSlice { return slice(k, other.Name()) }
+	web := SliceKey{Resource: "web", Port: "http", Node: "node-a"}
+	with := func(k SliceKey, f func(*SliceKey)) SliceKey { f(&k); return k }
+	onB := func(k *SliceKey) { k.Node = "node-b" }
+	v6 := func(k *SliceKey) { k.AddressType = discoveryv1.AddressTypeIPv6 }
+	chunk3 := func(k *SliceKey) { k.Chunk = 3 }
+	split := func(k *SliceKey) { k.SplitPort = 8081 }
+	longNode := func(k *SliceKey) { k.Node = long }
+	otherLongNode := func(k *SliceKey) { k.Node = otherLong }
+	legacy := with(web, v6)
+
+	tests := map[string]struct {
+		slice *discoveryv1.EndpointSlice
+		own   bool
+	}{
+		"its common name":                        {slice: own(web), own: true},
+		"a single unnamed port":                  {slice: own(SliceKey{Resource: "web", Node: "node-a"}), own: true},
+		"its chunk":                              {slice: own(with(web, chunk3)), own: true},
+		"its IPv6 slice":                         {slice: own(with(web, v6)), own: true},
+		"its IPv6 chunk of a split port":         {slice: own(with(with(with(web, v6), chunk3), split)), own: true},
+		"its split port":                         {slice: own(with(web, split)), own: true},
+		"the digest of its long name":            {slice: own(with(web, longNode)), own: true},
+		"a chunk of the digest of its long name": {slice: own(with(with(web, longNode), chunk3)), own: true},
+		"its IPv6 slice's name before issue 20":  {slice: slice(legacy, legacy.LegacyName()), own: true},
+		"node-b's common name":                   {slice: as(web, with(web, onB))},
+		"node-b's single unnamed port":           {slice: as(SliceKey{Resource: "web", Node: "node-a"}, SliceKey{Resource: "web", Node: "node-b"})},
+		"node-b's chunk":                         {slice: as(with(web, chunk3), with(with(web, onB), chunk3))},
+		"node-b's IPv6 slice":                    {slice: as(with(web, v6), with(with(web, v6), onB))},
+		"node-b's split port":                    {slice: as(with(web, split), with(with(web, split), onB))},
+		"another number than its port's":         {slice: as(web, with(web, func(k *SliceKey) { k.SplitPort = 9999 }))},
+		"the digest of another long node":        {slice: as(with(web, longNode), with(web, otherLongNode))},
+		"a digest where its name fits":           {slice: slice(web, "web-http-"+wellknown.NodeDigest("node-a"))},
+		"another port's name":                    {slice: as(web, with(web, func(k *SliceKey) { k.Port = "metrics" }))},
+		"chunk zero":                             {slice: slice(web, "web-http---0-node-a")},
+		"a name that is no slice's":              {slice: slice(web, "web-http-node-a-extra")},
+		"the IPv4 name for an IPv6 slice":        {slice: as(with(web, v6), web)},
+		"without the node annotation": {slice: func() *discoveryv1.EndpointSlice {
+			s := own(web)
+			s.Annotations = nil
+			delete(s.Labels, wellknown.LabelNode)
+			return s
+		}()},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			assert.Equal(t, tc.own, NameIsItsNodes(tc.slice), "%s", tc.slice.Name)
+		})
+	}
+}

@@ -61,6 +61,7 @@ var TLSModes = []string{"Disabled", "SkipVerification", "VerifyCA", "VerifyAll"}
 const ResourcesFilter = `{
   namespace: .metadata.namespace,
   name: .metadata.name,
+  uid: .metadata.uid,
   secrets: ([.spec.healthcheck.probes[]? | .postgreSQL.authSecretName? // empty | select(. != "")] | unique),
   mySQLSecrets: ([.spec.healthcheck.probes[]? | .mySQL.authSecretName? // empty | select(. != "")] | unique)
 }`
@@ -88,6 +89,7 @@ func quoteList(s []string) string {
 type Resource struct {
 	Namespace string   `json:"namespace"`
 	Name      string   `json:"name"`
+	UID       string   `json:"uid,omitempty"`
 	Secrets   []string `json:"secrets"`
 	// MySQLSecrets are the Secrets its MySQL probes reference.
 	MySQLSecrets []string `json:"mySQLSecrets,omitempty"`
@@ -116,6 +118,9 @@ type Problem struct {
 	Kind         string   `json:"kind"`
 	Message      string   `json:"message"`
 	ReferencedBy []string `json:"referencedBy"`
+	// ReferencedByMore counts the resources that reference it beyond those ReferencedBy lists
+	// (at most MaxReferencedBy).
+	ReferencedByMore int `json:"referencedByMore,omitempty"`
 }
 
 // Config subscribes to the resources and the credential Secrets. Every change of either
@@ -175,10 +180,23 @@ func Handle(_ context.Context, input *pkg.HookInput) error {
 	secrets = append(secrets, mySQLSecrets...)
 
 	readable, problems := Compute(resources, secrets)
+	// The resources are told what the values cannot hold (Events), before the problems
+	// themselves are bounded.
+	for _, e := range OverLimitEvents(resources, problems, now()) {
+		input.PatchCollector.CreateOrUpdate(e)
+	}
+	problems, omitted := BoundProblems(problems)
 	input.Values.Set(ValuesSecrets, readable)
 	input.Values.Set(ValuesProblems, problems)
 
 	input.MetricsCollector.Expire(MetricGroup)
+	for ns, n := range overLimitByNamespace(problems, omitted) {
+		input.MetricsCollector.Set(MetricOverLimit, float64(n), map[string]string{"namespace": ns}, metricGroup(MetricGroup))
+	}
+	if omitted.total > 0 {
+		input.Logger.Warn("more credential problems than the values hold: only the first are listed",
+			"listed", len(problems), "omitted", omitted.total)
+	}
 	for _, p := range problems {
 		input.MetricsCollector.Set(MetricProblem, 1, map[string]string{
 			"namespace": p.Namespace, "name": p.Name, "problem": p.Kind,
@@ -246,6 +264,16 @@ func Compute(resources []Resource, secrets []Secret) ([]NamespaceSecrets, []Prob
 				Namespace: k.namespace, Name: k.name, Kind: ProblemMalformed, ReferencedBy: refs, Message: msg,
 			})
 		}
+	}
+
+	kept, over := boundReadable(byNamespace)
+	byNamespace = kept
+	for _, k := range over {
+		problems = append(problems, Problem{
+			Namespace: k.namespace, Name: k.name, Kind: ProblemOverLimit, ReferencedBy: compactRefs(referencedBy, k.namespace, k.name),
+			Message: fmt.Sprintf("the module grants the agent at most %d credential Secrets per namespace and %d in all (their names are Helm values): "+
+				"the agent may not read Secret %q, and the probes that use it fail until fewer are referenced", MaxSecretsPerNamespace, MaxSecrets, k.name),
+		})
 	}
 
 	readable := make([]NamespaceSecrets, 0, len(byNamespace))

@@ -790,7 +790,7 @@ func forgeSlice(t *testing.T, inst *installation, tn *tenant) *discoveryv1.Endpo
 	delete(sliceLabels, wellknown.LabelNodeKey)
 	forged := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: tn.ns, Name: key.Name() + "-forged", Labels: sliceLabels, Annotations: key.Annotations(),
+			Namespace: tn.ns, Name: forgedChunkName(key), Labels: sliceLabels, Annotations: key.Annotations(),
 			OwnerReferences: []metav1.OwnerReference{slicemeta.OwnerReference(swh.Name, swh.UID)},
 		},
 		AddressType: discoveryv1.AddressTypeIPv4,
@@ -857,4 +857,12 @@ func TestLiveRulesShortenForAndKeepExpressions(t *testing.T) {
 		got.Groups[1].Rules[0], "for: shortened, the expression verbatim")
 	_, err = liveRules(map[string][]byte{"bad.yaml": []byte("- name: x\n")}, time.Second, "2s")
 	assert.Error(t, err, "a group without rules")
+}
+
+// forgedChunkName is the name a forger of node key.Node gives its slice: a further chunk of the
+// node's slice of the port (the agents' admission policy admits only names of the node's own
+// slices, issue 40, and the honest agent holds the common name).
+func forgedChunkName(key slicemeta.SliceKey) string {
+	key.Chunk = 9
+	return key.Name()
 }

@@ -41,6 +41,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/publisher"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/scheduler"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/sliceplan"
+	"github.com/deckhouse/service-with-healthchecks/lib/eventnote"
 )
 
 // Defaults of the options (and of the program's flags).
@@ -146,7 +147,8 @@ func New(opts Options) (*Agent, error) {
 	})
 	r.Scheduler = sched
 	r.Publisher = &publisher.Publisher{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Metrics: m}
-	r.Recorder = mgr.GetEventRecorder(ControllerName)
+	// Every note is capped to what the events API accepts (lib/eventnote).
+	r.Recorder = eventnote.Capped(mgr.GetEventRecorder(ControllerName))
 	if err := addRunnables(mgr, opts, m, sched, store); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@
 package agent
 
 import (
+	"strconv"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/probebudget"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/scheduler"
+	"github.com/deckhouse/service-with-healthchecks/lib/eventnote"
 )
 
 // ReasonProbeBudgetExceeded is the agent's Event on a resource whose targets on this node
@@ -81,9 +83,14 @@ func (r *Reconciler) recordBudget(o Observed, d Decision) {
 	if !r.budget.turnedOver(res, d.Allowed < len(d.Targets)) {
 		return
 	}
-	r.Recorder.Eventf(o.Resource, nil, corev1.EventTypeWarning, ReasonProbeBudgetExceeded, "Probe",
+	// The action names the numbers (Probe/budget/<over>-of-<targets>), the parts of the note
+	// that change: a resource over budget again with other numbers is another Event, not a
+	// series of the first one's note.
+	over := len(d.Targets) - d.Allowed
+	r.Recorder.Eventf(o.Resource, nil, corev1.EventTypeWarning, ReasonProbeBudgetExceeded,
+		budgetAction(over, len(d.Targets)),
 		"%d of the %d probe targets (pod × probe) of this resource on node %s are over the agent's probe budget (its namespace's share of --max-probe-targets): they are not probed and their ports are published not serving",
-		len(d.Targets)-d.Allowed, len(d.Targets), r.Node)
+		over, len(d.Targets), r.Node)
 }
 
 // BudgetNote is what the agent reports on its node Lease about the budget
@@ -104,4 +111,10 @@ func BudgetNote(s *scheduler.Scheduler) string {
 func (r *Reconciler) budgetOf(res types.NamespacedName) Budget {
 	allowed, ok := r.Scheduler.Allowed(res)
 	return Budget{Limited: ok, Allowed: allowed}
+}
+
+// budgetAction is the action of a ProbeBudgetExceeded Event: Probe/budget/<over>-of-<targets>,
+// the parts of its note that change.
+func budgetAction(over, targets int) string {
+	return eventnote.Action("Probe", "budget", strconv.Itoa(over)+"-of-"+strconv.Itoa(targets))
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/portrule"
+	"github.com/deckhouse/service-with-healthchecks/lib/eventnote"
 )
 
 // drainReason is the Event reason of a drain transition.
@@ -54,7 +55,9 @@ func (r *Reconciler) reportDrainsOnPods(swh *v1alpha1.ServiceWithHealthchecks, b
 	}
 	for _, k := range order {
 		pod := refs[k]
-		r.Recorder.Eventf(&pod, swh, corev1.EventTypeNormal, drainReason(Transition{Drain: k.change}), "Drain", "%s",
+		// The action names the ports (Drain/<ports>): Events of the same pod, resource and
+		// reason but other ports are other Events, not a series of the first one's note.
+		r.Recorder.Eventf(&pod, swh, corev1.EventTypeNormal, drainReason(Transition{Drain: k.change}), drainAction(ports[k]), "%s",
 			podDrainNote(swh.Name, ports[k], k.change))
 	}
 }
@@ -118,7 +121,19 @@ func (r *Reconciler) checkDrain(ctx context.Context, old, cur client.Object) {
 	if len(problems) == 0 {
 		return
 	}
-	r.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonDrainInvalid, "Drain", "%s", drainProblemNote(value, problems))
+	// The action is keyed by the value and its problems (Drain/invalid/<digest>): a later value
+	// with other problems is another Event, not a series of the first one's note.
+	r.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonDrainInvalid, eventnote.Action("Drain", "invalid", value+"\n"+strings.Join(problems, "\n")),
+		"%s", drainProblemNote(value, problems))
+}
+
+// drainAction is the action of a drain Event on a pod: Drain/<ports, comma-separated>, or Drain
+// for a resource without ports (lib/eventnote.Action bounds it).
+func drainAction(ports []string) string {
+	if len(ports) == 0 {
+		return "Drain"
+	}
+	return eventnote.Action("Drain", strings.Join(ports, ","))
 }
 
 // maxQuotedValue bounds how much of an annotation's value a note quotes.

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/lib/eventnote"
 )
 
 // ReasonProbesLate is the reason of the Warning Event on a resource whose probes start more than
@@ -33,7 +34,16 @@ func (r *Reconciler) probesLate(resource types.NamespacedName, lateness time.Dur
 		r.Log.V(1).Info("not recording late probes", "swh", resource, "error", err.Error())
 		return
 	}
-	r.Recorder.Eventf(&swh, nil, corev1.EventTypeWarning, ReasonProbesLate, "Probe",
+	// The action names the lateness (Probe/late/<lateness>), the one part of the note that
+	// changes: a later Event is another Event, not a series of the first one's note.
+	late := lateness.Round(time.Millisecond)
+	r.Recorder.Eventf(&swh, nil, corev1.EventTypeWarning, ReasonProbesLate, lateAction(late),
 		"probes on node %s start more than one period late (this one by %s): the agent's probe workers are taken, by probes of this namespace that do not answer until their timeout or by more probes than agent.probeConcurrency allows; the endpoints keep their last verdicts until the probes run",
-		r.Node, lateness.Round(time.Millisecond))
+		r.Node, late)
+}
+
+// lateAction is the action of a ProbesLate Event: Probe/late/<lateness>, the part of its note
+// that changes.
+func lateAction(lateness time.Duration) string {
+	return eventnote.Action("Probe", "late", lateness.String())
 }

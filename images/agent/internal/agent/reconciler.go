@@ -23,6 +23,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/publisher"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/scheduler"
+	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/sliceplan"
 )
 
 // MaxRetryDelay bounds the backoff of a resource whose reconcile failed.
@@ -164,9 +165,28 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, writeErr
 	}
 	if len(written.Conflicts) > 0 {
-		return reconcile.Result{RequeueAfter: ConflictRecheck}, nil
+		return reconcile.Result{RequeueAfter: conflictRecheck(o.Resource, written.Conflicts)}, nil
 	}
 	return reconcile.Result{}, nil
+}
+
+// conflictRecheck is how soon a resource with a name held by someone else is reconciled again:
+// ConflictRecheck, or the resource's probe period when a squatter holds a name
+// (sliceplan.Conflict.Squatted): the controller deletes the squatter, and no event of that
+// reaches this agent (its cache holds only its own node's slices), so it publishes within a
+// probe period of the deletion. A squatted name costs a failed create and a read per period.
+func conflictRecheck(swh *v1alpha1.ServiceWithHealthchecks, conflicts []sliceplan.Conflict) time.Duration {
+	for _, c := range conflicts {
+		if !c.Squatted {
+			continue
+		}
+		period := time.Second
+		if hc := swh.Spec.Healthcheck; hc != nil {
+			period = time.Duration(max(hc.PeriodSeconds, 1)) * time.Second
+		}
+		return min(period, ConflictRecheck)
+	}
+	return ConflictRecheck
 }
 
 // forget drops everything the agent keeps for a resource.

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -24,6 +23,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/portrule"
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/publisher"
+	"github.com/deckhouse/service-with-healthchecks/lib/eventnote"
 )
 
 // record reports what the apply step did, never what it only meant to do: the transitions of
@@ -120,7 +120,7 @@ func planned(d Decision, name string) bool {
 
 // MaxNoteBytes is the longest Event note the events API accepts (1 KiB); longer notes are cut
 // to it, or the API server would refuse the Event and the transition would go unreported.
-const MaxNoteBytes = 1024
+const MaxNoteBytes = eventnote.MaxBytes
 
 // actionOf is the action of a transition's Event: base, then "/" and the port. client-go's
 // events broadcaster merges the Events of one type, action, reason, regarding and related object
@@ -161,17 +161,10 @@ func whatHappened(t Transition) string {
 	return t.Reason
 }
 
-// capNote cuts a note to MaxNoteBytes at a rune boundary, ending it with "…" when cut.
+// capNote cuts a note to MaxNoteBytes at a rune boundary, ending it with "…" when cut
+// (lib/eventnote.Cap; the agent's recorder caps every note too).
 func capNote(s string) string {
-	if len(s) <= MaxNoteBytes {
-		return s
-	}
-	const ellipsis = "…"
-	cut := MaxNoteBytes - len(ellipsis)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + ellipsis
+	return eventnote.Cap(s)
 }
 
 // minOneByOne is how many transitions of a window are always reported one Event each; more than

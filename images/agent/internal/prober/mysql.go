@@ -43,16 +43,30 @@ func (p *Prober) probeMySQL(ctx context.Context, my *v1alpha1.MySQLProbe, namesp
 		return res, nil
 	}
 	var pc *mysqlPacketConn
-	startsTLS := creds != nil && creds.TLSMode != credentials.TLSDisabled
+	var realTLS *tls.Config
 	cfg := mysqlConfig(addr, my.DBName, creds, timeout, func(ctx context.Context, _, _ string) (net.Conn, error) {
 		// Only ever dial the pod, whatever address the driver asks for.
 		c, err := dial(ctx, addr)
 		if err != nil {
 			return nil, err
 		}
-		pc = newMySQLPacketConn(newLimitedConn(c), startsTLS)
+		pc = newMySQLPacketConn(newLimitedConn(c), realTLS)
 		return pc, nil
 	})
+	if cfg.TLS != nil {
+		// The TLS to the pod is the relay's (mysqltls.go); the driver's trusts the relay only.
+		_, relayClient, err := relayConfigs()
+		if err != nil {
+			return Result{}, err
+		}
+		realTLS, cfg.TLS = cfg.TLS, relayClient
+	}
+	defer func() {
+		// The driver closes what it dialled; a relay that outlived a failed connect goes too.
+		if pc != nil {
+			_ = pc.Close()
+		}
+	}()
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return Result{}, fmt.Errorf("MySQL config: %w", err)
@@ -134,6 +148,17 @@ func mysqlConnectReason(ctx context.Context, err error, pc *mysqlPacketConn, tim
 	var recordHeader tls.RecordHeaderError
 	if errors.As(err, &recordHeader) || strings.HasPrefix(err.Error(), "tls: ") {
 		return tlsReason(ctx, err, timeout)
+	}
+	// The TLS to the pod is the relay's: its handshake error is the connection's first.
+	if pc != nil {
+		if connErr := pc.firstError(); connErr != nil {
+			if reason, ok := certificateReason(connErr); ok {
+				return reason
+			}
+			if errors.As(connErr, &recordHeader) || strings.HasPrefix(connErr.Error(), "tls: ") {
+				return tlsReason(ctx, connErr, timeout)
+			}
+		}
 	}
 	return mysqlNetReason(ctx, err, pc, timeout)
 }

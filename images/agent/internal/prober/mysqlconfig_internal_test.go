@@ -159,31 +159,38 @@ func TestMySQLPacketConn(t *testing.T) {
 	small := append(packet([]byte("hello"), 0), packet(bytes.Repeat([]byte("p"), 60<<10), 1)...)
 	for _, chunk := range []int{1, 3, 4, 5, 4096, 1 << 20} {
 		t.Run("packets within the bound pass whole", func(t *testing.T) {
-			c := newMySQLPacketConn(&scriptConn{data: bytes.Clone(small), chunk: chunk}, false)
+			c := newMySQLPacketConn(&scriptConn{data: bytes.Clone(small), chunk: chunk}, nil)
 			got, err := io.ReadAll(c)
 			require.NoError(t, err)
 			assert.Equal(t, small, got)
 		})
 		t.Run("a header over the bound is never handed on", func(t *testing.T) {
 			data := append(packet([]byte("ok"), 0), 0xff, 0xff, 0xff, 1, 'x', 'y')
-			c := newMySQLPacketConn(&scriptConn{data: data, chunk: chunk}, false)
+			c := newMySQLPacketConn(&scriptConn{data: data, chunk: chunk}, nil)
 			got, err := io.ReadAll(c)
 			assert.Equal(t, packet([]byte("ok"), 0), got, "only the packet before it")
 			assert.ErrorIs(t, err, errMySQLPacketTooLarge)
 			assert.ErrorIs(t, c.firstError(), errMySQLPacketTooLarge)
 		})
 	}
-	t.Run("after the SSL request bytes pass unread", func(t *testing.T) {
-		tlsBytes := append([]byte{22, 3, 3, 0xff, 0xff}, bytes.Repeat([]byte{0xff}, 100)...)
-		c := newMySQLPacketConn(&scriptConn{data: bytes.Clone(tlsBytes), chunk: 4096}, true)
-		_, err := c.Write([]byte("ssl request"))
-		require.NoError(t, err)
-		got, err := io.ReadAll(c)
-		require.NoError(t, err)
-		assert.Equal(t, tlsBytes, got)
-	})
+	// Under TLS the relay checks the same headers in plain text (mysqltls.go).
+	for _, chunk := range []int{1, 3, 4, 5, 4096} {
+		t.Run("the relay's framer passes packets within the bound and refuses a header over it", func(t *testing.T) {
+			var f mysqlFramer
+			for b := small; len(b) > 0; b = b[min(chunk, len(b)):] {
+				require.NoError(t, f.check(b[:min(chunk, len(b))]))
+			}
+			data := append(packet([]byte("ok"), 0), 0xff, 0xff, 0xff, 1, 'x', 'y')
+			var bad mysqlFramer
+			var err error
+			for b := data; len(b) > 0 && err == nil; b = b[min(chunk, len(b)):] {
+				err = bad.check(b[:min(chunk, len(b))])
+			}
+			assert.ErrorIs(t, err, errMySQLPacketTooLarge)
+		})
+	}
 	t.Run("the first error is kept", func(t *testing.T) {
-		c := newMySQLPacketConn(&scriptConn{data: []byte{1, 0}, chunk: 4096}, false)
+		c := newMySQLPacketConn(&scriptConn{data: []byte{1, 0}, chunk: 4096}, nil)
 		_, err := io.ReadAll(c)
 		assert.True(t, err == nil || errors.Is(err, io.EOF))
 		assert.ErrorIs(t, c.firstError(), io.EOF)

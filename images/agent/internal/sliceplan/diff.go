@@ -18,6 +18,11 @@ type Conflict struct {
 	Name string
 	// Holder describes who holds the name, for the Event.
 	Holder string
+	// Squatted: the holder is a slice of this module whose name is not its node's
+	// (slicemeta.NameIsItsNodes, issue 40): the controller deletes it, and the agent looks
+	// again within a probe period rather than after ConflictRecheck (its cache holds only its
+	// own node's slices, so no event tells it the name is free).
+	Squatted bool
 }
 
 // Plan is what turns the existing slices into the desired ones. Update entries are copies of
@@ -92,6 +97,10 @@ func ConflictOf(name string, cur *discoveryv1.EndpointSlice) Conflict {
 	default:
 		port, _ := slicemeta.PortOf(cur)
 		c.Holder = fmt.Sprintf("the slice of resource %q, port %q, node %q", slicemeta.ResourceOf(cur), port, slicemeta.NodeOf(cur))
+		if !slicemeta.NameIsItsNodes(cur) {
+			c.Squatted = true
+			c.Holder += ", whose name is not that node's (the controller deletes it)"
+		}
 	}
 	return c
 }

@@ -87,7 +87,7 @@ func TestForgedEndpointSliceIsDeletedAndHonestOnesStay(t *testing.T) {
 	// controller's own withdrawal keeps such slices for a returning agent.
 	withdrawn := endpointOf(stranger, "10.9.9.8", nodeName)
 	withdrawn.Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(false)}
-	kept := slice(t, ns, "web", swh.UID, "metrics", nodeName, named("web-metrics-withdrawn"), withEndpoints(withdrawn))
+	kept := slice(t, ns, "web", swh.UID, "metrics", nodeName, chunkNamed("metrics", nodeName, 7), withEndpoints(withdrawn))
 
 	cases := []struct {
 		name   string
@@ -100,7 +100,7 @@ func TestForgedEndpointSliceIsDeletedAndHonestOnesStay(t *testing.T) {
 	}
 	for i, tc := range cases {
 		start := time.Now()
-		forged := slice(t, ns, "web", swh.UID, "http", nodeName, named("web-forged-"+tc.name),
+		forged := slice(t, ns, "web", swh.UID, "http", nodeName, chunkNamed("http", nodeName, 2+i),
 			withEndpoints(endpointOf(pod, "10.1.0.5", nodeName), tc.forged))
 		gone(t, forged, "the forged slice is deleted")
 		t.Logf("forged slice %s (%s) removed %v after its write (confirmation window %v)", forged.Name, tc.reason, time.Since(start), audit.DefaultWindow)

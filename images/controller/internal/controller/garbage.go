@@ -144,7 +144,23 @@ func (r *Reconciler) deleteSlice(ctx context.Context, g gc.Garbage) error {
 	}
 	ctrl.LoggerFrom(ctx).Info("deleted a garbage EndpointSlice", "endpointSlice", client.ObjectKeyFromObject(g.Slice),
 		"reason", string(g.Reason), "node", slicemeta.NodeOf(g.Slice), "port", g.Slice.Labels[wellknown.LabelPort])
+	if g.Reason == gc.NameNotItsNode {
+		r.recordSquat(g.Slice)
+	}
 	return nil
+}
+
+// EventSliceNameSquatted is the reason of the Event of a deleted slice whose name is not its
+// node's (gc.NameNotItsNode): the node that published it took a name of another node's slice.
+const EventSliceNameSquatted = "EndpointSliceNameSquatted"
+
+// recordSquat records the deletion of a slice whose name is not its node's, on its resource,
+// naming the node that published it (the one to look at: its agent's token wrote it).
+func (r *Reconciler) recordSquat(s *discoveryv1.EndpointSlice) {
+	regarding := &v1alpha1.ServiceWithHealthchecks{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: slicemeta.ResourceOf(s), UID: slicemeta.OwnerUID(s)}}
+	r.recorder.Eventf(regarding, s, corev1.EventTypeWarning, EventSliceNameSquatted, "DeleteSquattedSlice",
+		"Deleted EndpointSlice %s published for node %q: its name is not one that node's agent gives a slice of port %q (it holds a name of another node's slice, which that node's agent could not publish)",
+		s.Name, slicemeta.NodeOf(s), s.Labels[wellknown.LabelPort])
 }
 
 // freshResource reads the resource from the API server; nil when it does not exist.

@@ -47,6 +47,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/slicewrite"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/status"
+	"github.com/deckhouse/service-with-healthchecks/lib/eventnote"
 )
 
 // Names the controller is known by.
@@ -216,7 +217,7 @@ func setupAudit(mgr ctrl.Manager, m *metrics.Metrics, writer *slicewrite.Writer,
 	if o.SkipAudit {
 		return nil
 	}
-	return audit.Setup(mgr, m, mgr.GetEventRecorder(EventSource), audit.Config{Window: o.AuditWindow, Now: o.auditNow, WrapReader: o.auditReader, SkipNameValidation: o.SkipNameValidation, Deleter: writer})
+	return audit.Setup(mgr, m, eventnote.Capped(mgr.GetEventRecorder(EventSource)), audit.Config{Window: o.AuditWindow, Now: o.auditNow, WrapReader: o.auditReader, SkipNameValidation: o.SkipNameValidation, Deleter: writer})
 }
 
 // newScheme knows the built-in types and the module's.
@@ -265,7 +266,7 @@ func setup(mgr ctrl.Manager, m *metrics.Metrics, writer *slicewrite.Writer, o Op
 		reader:       mgr.GetAPIReader(),
 		services:     cs,
 		sliceWriter:  writer,
-		recorder:     mgr.GetEventRecorder(EventSource),
+		recorder:     eventnote.Capped(mgr.GetEventRecorder(EventSource)),
 		metrics:      m,
 		fieldManager: fm,
 		agents:       agents,

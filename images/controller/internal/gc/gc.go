@@ -31,6 +31,11 @@ const (
 	// NodeDeleted: the node the slice was published for no longer exists, or the slice does
 	// not say which node it is for.
 	NodeDeleted Reason = "NodeDeleted"
+	// NameNotItsNode: the slice's name is not one its node's agent gives it
+	// (slicemeta.NameIsItsNodes): it holds a name of another node's slice (squatting, issue 40).
+	// The agents' admission policy refuses such names where CEL can compute them; the digest of
+	// a long node name it cannot, and the controller removes those.
+	NameNotItsNode Reason = "NameNotItsNode"
 )
 
 // Input is what the controller observed for one resource name in one namespace.
@@ -90,6 +95,9 @@ func decide(s *discoveryv1.EndpointSlice, swh *v1alpha1.ServiceWithHealthchecks,
 	}
 	if node := slicemeta.NodeOf(s); node == "" || !nodes.Has(node) {
 		return NodeDeleted, true
+	}
+	if !slicemeta.NameIsItsNodes(s) {
+		return NameNotItsNode, true
 	}
 	return "", false
 }

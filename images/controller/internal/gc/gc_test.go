@@ -62,6 +62,10 @@ func noNode(s *discoveryv1.EndpointSlice) {
 	delete(s.Labels, wellknown.LabelNode)
 }
 
+func named(name string) sliceOpt {
+	return func(s *discoveryv1.EndpointSlice) { s.Name = name }
+}
+
 func noPortLabel(s *discoveryv1.EndpointSlice) { delete(s.Labels, wellknown.LabelPort) }
 
 func TestDecide(t *testing.T) {
@@ -86,6 +90,10 @@ func TestDecide(t *testing.T) {
 		"a port-less slice of a resource without ports survives":         {resource: resource(), slice: slice("", "n1")},
 		"a port-less slice of a resource that got ports is garbage":      {resource: resource("http"), slice: slice("", "n1"), want: PortRemoved},
 		"ours that names no node is garbage":                             {resource: resource("http"), slice: slice("http", "n1", noNode), want: NodeDeleted},
+		"ours of n1 under n2's name is garbage (squat)":                  {resource: resource("http"), slice: slice("http", "n1", named("web-http-n2")), want: NameNotItsNode},
+		"ours of n1 under n2's chunk name is garbage (squat)":            {resource: resource("http"), slice: slice("http", "n1", named("web-http---2-n2")), want: NameNotItsNode},
+		"ours of n1 under a digest is garbage (squat)":                   {resource: resource("http"), slice: slice("http", "n1", named("web-http-0123456789abcdef")), want: NameNotItsNode},
+		"ours of a chunk of n1 survives":                                 {resource: resource("http"), slice: slice("http", "n1", named("web-http---2-n1"))},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
