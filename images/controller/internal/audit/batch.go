@@ -92,12 +92,13 @@ func (a *Auditor) auditSiblings(ctx context.Context, s *discoveryv1.EndpointSlic
 		if owner == nil || !slicemeta.IsOwnedBy(sib, owner.UID) {
 			continue // The garbage collector's case, not the audit's.
 		}
-		in := Input{Namespace: sib.Namespace, Node: node, Selector: owner.Spec.Selector, Endpoints: sib.Endpoints, Pods: pods}
+		in := a.input(sib, owner, pods)
 		if len(Decide(in)) > 0 {
 			continue
 		}
 		name := types.NamespacedName{Namespace: sib.Namespace, Name: sib.Name}
-		a.confirm.forget(name)
+		a.confirm.forgetSlice(name)
+		a.Verified.record(sib, in)
 		a.clean.mark(name, version{uid: sib.UID, rv: sib.ResourceVersion})
 		a.Metrics.AuditedSlices.Inc()
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -98,6 +99,8 @@ type Options struct {
 	// AuditWindow is its confirmation window (0: audit.DefaultWindow).
 	SkipAudit   bool
 	AuditWindow time.Duration
+	// AuditWorkers is how many slices the audit judges at once (0: audit.DefaultWorkers).
+	AuditWorkers int
 
 	// onReconcile, when set (tests), is called as a reconcile starts; the function it returns
 	// is called as it ends.
@@ -176,12 +179,17 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, *metrics.Metrics, er
 			return nil, nil, err
 		}
 	}
-	if err := setup(mgr, m, writer, o, agents); err != nil {
+	// What the audit found real: the status counts only that (nil: the audit is off).
+	var verified *audit.Verified
+	if !o.SkipAudit {
+		verified = audit.NewVerified()
+	}
+	if err := setup(mgr, m, writer, o, agents, verified); err != nil {
 		return nil, nil, err
 	}
 	// The audit of published endpoints (development/CONTROLLER.md): deletes forged slices
 	// through the one writer.
-	if err := setupAudit(mgr, m, writer, o); err != nil {
+	if err := setupAudit(mgr, m, writer, o, agents, verified); err != nil {
 		return nil, nil, err
 	}
 	if err := addHealthChecks(mgr); err != nil {
@@ -211,12 +219,20 @@ func addHealthChecks(mgr ctrl.Manager) error {
 	return nil
 }
 
-// setupAudit registers the audit of published endpoints unless o.SkipAudit.
-func setupAudit(mgr ctrl.Manager, m *metrics.Metrics, writer *slicewrite.Writer, o Options) error {
+// setupAudit registers the audit of published endpoints unless o.SkipAudit; agents (nil when
+// not judged) tells it which nodes' agents are stale.
+func setupAudit(mgr ctrl.Manager, m *metrics.Metrics, writer *slicewrite.Writer, o Options, agents *liveness.Agents, verified *audit.Verified) error {
 	if o.SkipAudit {
 		return nil
 	}
-	return audit.Setup(mgr, m, mgr.GetEventRecorder(EventSource), audit.Config{Window: o.AuditWindow, Now: o.auditNow, WrapReader: o.auditReader, SkipNameValidation: o.SkipNameValidation, Deleter: writer})
+	var stale func(string) bool
+	if agents != nil {
+		stale = func(node string) bool { return slices.Contains(agents.Current().Stale, node) }
+	}
+	return audit.Setup(mgr, m, mgr.GetEventRecorder(EventSource), audit.Config{
+		Window: o.AuditWindow, Workers: o.AuditWorkers, Now: o.auditNow, WrapReader: o.auditReader,
+		SkipNameValidation: o.SkipNameValidation, Deleter: writer, Verified: verified, StaleNode: stale,
+	})
 }
 
 // newScheme knows the built-in types and the module's.
@@ -236,14 +252,23 @@ func agentsStatus(a *liveness.Agents) *status.Agents {
 	return &status.Agents{Known: j.Known, Stale: j.Stale, Guarded: j.Guarded, LookStale: j.LookStale, LeaseNamespace: a.Namespace}
 }
 
-// overBudget are the agents' reports of the resource over their probe budget; none when
-// agents are not judged.
-func overBudget(a *liveness.Agents, key client.ObjectKey) []status.NodeBudget {
+// overBudget are the agents' reports of the resource over their probe budget, from the nodes
+// where the resource has pods (an endpoint in owned, the slices as the audit verified them: a
+// node's note about a resource it has no pod of is not believed); none when agents are not
+// judged.
+func overBudget(a *liveness.Agents, key client.ObjectKey, owned []discoveryv1.EndpointSlice) []status.NodeBudget {
 	if a == nil {
 		return nil
 	}
 	var out []status.NodeBudget
+	var hasPods map[string]bool
 	for _, nb := range a.OverBudget(key) {
+		if hasPods == nil {
+			hasPods = audit.Nodes(owned, slicemeta.NodeOf)
+		}
+		if !hasPods[nb.Node] {
+			continue
+		}
 		out = append(out, status.NodeBudget{Node: nb.Node, Budget: nb.Budget, Asked: nb.Asked, Allowed: nb.Allowed})
 	}
 	return out
@@ -251,7 +276,7 @@ func overBudget(a *liveness.Agents, key client.ObjectKey) []status.NodeBudget {
 
 // setup registers the reconciler and its watches with mgr; agents is nil when the agents'
 // liveness is not judged.
-func setup(mgr ctrl.Manager, m *metrics.Metrics, writer *slicewrite.Writer, o Options, agents *liveness.Agents) error {
+func setup(mgr ctrl.Manager, m *metrics.Metrics, writer *slicewrite.Writer, o Options, agents *liveness.Agents, verified *audit.Verified) error {
 	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
 	if err != nil {
 		return fmt.Errorf("creating the clientset: %w", err)
@@ -269,6 +294,7 @@ func setup(mgr ctrl.Manager, m *metrics.Metrics, writer *slicewrite.Writer, o Op
 		metrics:      m,
 		fieldManager: fm,
 		agents:       agents,
+		verified:     verified,
 		now:          time.Now,
 		onReconcile:  o.onReconcile,
 	}
