@@ -75,6 +75,9 @@ type Auditor struct {
 	// none is.
 	StaleNode func(node string) bool
 
+	// onAudit is Config.OnAudit.
+	onAudit func(types.NamespacedName, string)
+
 	confirm *confirmer
 	// clean holds the slices a sibling's audit found clean (batch.go).
 	clean *cleanSet
@@ -98,6 +101,9 @@ type Config struct {
 	Verified *Verified
 	// StaleNode is Auditor.StaleNode.
 	StaleNode func(node string) bool
+	// OnAudit, when set (tests), is called after each audit of a slice with its name and the
+	// resourceVersion judged.
+	OnAudit func(name types.NamespacedName, resourceVersion string)
 }
 
 // Setup registers the audit with mgr: it judges a slice on its own events and on those of the
@@ -118,7 +124,7 @@ func Setup(mgr ctrl.Manager, m *metrics.Metrics, recorder events.EventRecorder, 
 	}
 	a := &Auditor{
 		Client: cached, API: mgr.GetAPIReader(), Deleter: cfg.Deleter, Verified: cfg.Verified, StaleNode: cfg.StaleNode,
-		Recorder: recorder, Metrics: m, Now: cfg.Now, confirm: newConfirmer(cfg.Window), clean: newCleanSet(),
+		Recorder: recorder, Metrics: m, Now: cfg.Now, confirm: newConfirmer(cfg.Window), clean: newCleanSet(), onAudit: cfg.OnAudit,
 	}
 	a.confirm.onKnown = m.SetNodeForgeries
 	err := ctrl.NewControllerManagedBy(mgr).
@@ -189,6 +195,9 @@ func (a *Auditor) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	forged := Decide(in)
 	a.Verified.record(&s, in)
 	v := a.confirm.observe(req.NamespacedName, s.UID, in.Node, in.Namespace, forged, cleanKeys(in, forged), a.Now())
+	if a.onAudit != nil {
+		a.onAudit(req.NamespacedName, s.ResourceVersion)
+	}
 	if len(v.confirmed) == 0 {
 		return ctrl.Result{RequeueAfter: v.wait}, nil
 	}

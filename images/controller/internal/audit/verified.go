@@ -115,15 +115,3 @@ func (v *Verified) Filter(in []discoveryv1.EndpointSlice, keepUnjudged bool) (ou
 	}
 	return out, pending
 }
-
-// Nodes are the nodes of the slices that hold at least one endpoint (after Filter: a verified
-// one): the nodes where the resource has pods.
-func Nodes(in []discoveryv1.EndpointSlice, nodeOf func(*discoveryv1.EndpointSlice) string) map[string]bool {
-	out := map[string]bool{}
-	for i := range in {
-		if len(in[i].Endpoints) > 0 {
-			out[nodeOf(&in[i])] = true
-		}
-	}
-	return out
-}

@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -107,6 +108,9 @@ type Options struct {
 	onReconcile func() func()
 	// auditNow, when set (tests), is the clock of the audit's confirmation window.
 	auditNow func() time.Time
+	// onAudit, when set (tests), is called after each audit with the slice and the version
+	// judged.
+	onAudit func(types.NamespacedName, string)
 	// auditReader, when set (tests), wraps the cache reader the audit reads slices and resources
 	// with: a test makes the cache lag behind the API server with it.
 	auditReader func(client.Reader) client.Reader
@@ -231,7 +235,7 @@ func setupAudit(mgr ctrl.Manager, m *metrics.Metrics, writer *slicewrite.Writer,
 	}
 	return audit.Setup(mgr, m, mgr.GetEventRecorder(EventSource), audit.Config{
 		Window: o.AuditWindow, Workers: o.AuditWorkers, Now: o.auditNow, WrapReader: o.auditReader,
-		SkipNameValidation: o.SkipNameValidation, Deleter: writer, Verified: verified, StaleNode: stale,
+		SkipNameValidation: o.SkipNameValidation, Deleter: writer, Verified: verified, StaleNode: stale, OnAudit: o.onAudit,
 	})
 }
 
@@ -253,25 +257,17 @@ func agentsStatus(a *liveness.Agents) *status.Agents {
 }
 
 // overBudget are the agents' reports of the resource over their probe budget, from the nodes
-// where the resource has pods (an endpoint in owned, the slices as the audit verified them: a
-// node's note about a resource it has no pod of is not believed); none when agents are not
-// judged.
+// where the resource has pods (status.FromNodesWithPods over owned, the slices as the audit
+// verified them); none when agents are not judged.
 func overBudget(a *liveness.Agents, key client.ObjectKey, owned []discoveryv1.EndpointSlice) []status.NodeBudget {
 	if a == nil {
 		return nil
 	}
 	var out []status.NodeBudget
-	var hasPods map[string]bool
 	for _, nb := range a.OverBudget(key) {
-		if hasPods == nil {
-			hasPods = audit.Nodes(owned, slicemeta.NodeOf)
-		}
-		if !hasPods[nb.Node] {
-			continue
-		}
 		out = append(out, status.NodeBudget{Node: nb.Node, Budget: nb.Budget, Asked: nb.Asked, Allowed: nb.Allowed})
 	}
-	return out
+	return status.FromNodesWithPods(out, owned)
 }
 
 // setup registers the reconciler and its watches with mgr; agents is nil when the agents'
