@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -79,6 +80,8 @@ type Auditor struct {
 	onAudit func(types.NamespacedName, string)
 
 	confirm *confirmer
+	// flight shares one LIST among the audits of a namespace and node running at once.
+	flight singleflight.Group
 	// clean holds the slices a sibling's audit found clean (batch.go).
 	clean *cleanSet
 }
@@ -145,6 +148,7 @@ func Setup(mgr ctrl.Manager, m *metrics.Metrics, recorder events.EventRecorder, 
 // podToSlices maps a Pod (changed or deleted) to the slices of its namespace that name it
 // (index.SlicePod), each to be judged again even if a sibling's audit found it clean.
 func (a *Auditor) podToSlices(ctx context.Context, obj client.Object) []reconcile.Request {
+	a.clean.podChanged(obj.GetNamespace())
 	var list discoveryv1.EndpointSliceList
 	if err := a.Client.List(ctx, &list, client.InNamespace(obj.GetNamespace()), client.MatchingFields{index.SlicePod: obj.GetName()},
 		client.UnsafeDisableDeepCopy); err != nil {
@@ -241,16 +245,12 @@ func (a *Auditor) observe(ctx context.Context, s *discoveryv1.EndpointSlice) (In
 		in.Pods = map[string]*corev1.Pod{}
 		return in, true, nil
 	}
-	if in.Pods, err = a.podsOnNode(ctx, s.Namespace, in.Node); err != nil {
+	// The same LIST audits the other slices of this namespace and node (batch.go).
+	if in.Pods, err = a.nodePods(ctx, s, in.Node); err != nil {
 		return Input{}, false, err
 	}
 	if err := a.reread(ctx, &in, refs); err != nil {
 		return Input{}, false, err
-	}
-	// The same LIST audits the other slices of this namespace and node. A failure there costs
-	// only the saving: each of them is still audited on its own.
-	if err := a.auditSiblings(ctx, s, in.Node, in.Pods); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "auditing the other slices of the node with the same Pods")
 	}
 	return in, true, nil
 }
