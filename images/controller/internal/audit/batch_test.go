@@ -20,10 +20,10 @@ func TestCleanSetSkipsOnlyTheVersionAuditedAndForgetsIt(t *testing.T) {
 		wantSkip  bool
 	}{
 		"a Pod of the namespace changed since the LIST began": {mark: true, take: audited, podChange: true},
-		"the version a sibling audited is skipped":         {mark: true, take: audited, wantSkip: true},
-		"a slice written since is audited again":           {mark: true, take: version{uid: "u1", rv: "11"}},
-		"a slice deleted and recreated is audited again":   {mark: true, take: version{uid: "u2", rv: "10"}},
-		"a slice no sibling audited is audited on its own": {take: audited},
+		"the version a sibling audited is skipped":            {mark: true, take: audited, wantSkip: true},
+		"a slice written since is audited again":              {mark: true, take: version{uid: "u1", rv: "11"}},
+		"a slice deleted and recreated is audited again":      {mark: true, take: version{uid: "u2", rv: "10"}},
+		"a slice no sibling audited is audited on its own":    {take: audited},
 	}
 	for title, tc := range tests {
 		t.Run(title, func(t *testing.T) {

@@ -387,7 +387,9 @@ func TestExhaustingSlicesAreRemovedAndNeverCounted(t *testing.T) {
 
 	// The window runs (the clock stands still): the status counts none of it.
 	reconciled := run.reconciles()
-	update(t, b.swh, func(swh *v1alpha1.ServiceWithHealthchecks) { metav1.SetMetaDataAnnotation(&swh.ObjectMeta, "touch", "1") })
+	update(t, b.swh, func(swh *v1alpha1.ServiceWithHealthchecks) {
+		metav1.SetMetaDataAnnotation(&swh.ObjectMeta, "touch", "1")
+	})
 	require.Eventually(t, func() bool { return run.reconciles() > reconciled }, wait, tick, "the resource is reconciled with the flood")
 	var swh v1alpha1.ServiceWithHealthchecks
 	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(b.swh), &swh))
@@ -434,7 +436,9 @@ func TestForgedAfterTheFactAPodDeletedRelabelledOrEndedIsJudgedAgain(t *testing.
 	}{
 		// No kubelet confirms a graceful deletion here: the Pod goes at once, as a kubelet's
 		// confirmation or a force deletion makes it go.
-		{"deleted", func(p *corev1.Pod) { require.NoError(t, env.Client.Delete(t.Context(), p, client.GracePeriodSeconds(0))) }},
+		{"deleted", func(p *corev1.Pod) {
+			require.NoError(t, env.Client.Delete(t.Context(), p, client.GracePeriodSeconds(0)))
+		}},
 		{"relabelled", func(p *corev1.Pod) {
 			update(t, p, func(p *corev1.Pod) { p.Labels = map[string]string{"app": "other"} })
 		}},
