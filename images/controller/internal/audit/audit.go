@@ -133,8 +133,9 @@ func Setup(mgr ctrl.Manager, m *metrics.Metrics, recorder events.EventRecorder, 
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("endpointsliceaudit").
 		For(&discoveryv1.EndpointSlice{}).
-		// Metadata only (labels, deletion), not the Pods themselves: every change of a Pod a
-		// slice names brings that slice back, and its audit reads the Pod from the API server.
+		// Metadata only (the manager's cache keeps just each Pod's name, UID and version), not
+		// the Pods themselves: every change of a Pod a slice names brings that slice back, and
+		// its audit reads the Pod from the API server.
 		WatchesMetadata(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(a.podToSlices),
 			builder.WithPredicates(predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }})).
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(cfg.SkipNameValidation), MaxConcurrentReconciles: cfg.Workers}).

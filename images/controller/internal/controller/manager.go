@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -132,6 +133,9 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, *metrics.Metrics, er
 			// Services keep theirs: upgradeManagedFields turns the controller's create into its
 			// apply ownership from the cached Service's managedFields.
 			&corev1.Service{}: {Transform: keepObject},
+			// The audit watches Pods metadata only, for their changes (it reads Pods from the API
+			// server): of each, the cache keeps only its name, namespace, UID and version.
+			&corev1.Pod{}: {Transform: podIdentity},
 		},
 	}
 	if len(o.Namespaces) > 0 {
@@ -200,6 +204,19 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, *metrics.Metrics, er
 		return nil, nil, err
 	}
 	return mgr, m, nil
+}
+
+// podIdentity is the cache transform of the audit's metadata-only Pods: the name, namespace,
+// UID, version and deletion time, nothing else (no labels, annotations or owners: at tens of
+// thousands of Pods in a cluster their metadata would be most of the cache).
+func podIdentity(in any) (any, error) {
+	m, ok := in.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return in, nil
+	}
+	return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion, DeletionTimestamp: m.DeletionTimestamp,
+	}}, nil
 }
 
 // keepObject is the cache transform that keeps an object as the API server sent it.
