@@ -102,11 +102,13 @@ func (c *cleanSet) size() int {
 // nodePods is the LIST of slice s's node's Pods of its namespace (podsOnNode), shared by the
 // audits of that namespace and node running at once (one LIST for all of them: several workers
 // start on the same node's slices together), and followed, in the same flight, by the judgement
-// of the node's other slices against it (auditSiblings). Each caller gets its own copy of the
-// map (reread changes it).
+// of the node's other slices against it (auditSiblings). An audit joins only a flight begun since
+// the last Pod change of the namespace (the flight is keyed by the epoch too): a LIST begun
+// before a Pod changed does not answer for it. Each caller gets its own copy of the map (reread
+// changes it).
 func (a *Auditor) nodePods(ctx context.Context, s *discoveryv1.EndpointSlice, node string) (map[string]*corev1.Pod, error) {
-	v, err, _ := a.flight.Do(s.Namespace+"/"+node, func() (any, error) {
-		epoch := a.clean.epoch(s.Namespace)
+	epoch := a.clean.epoch(s.Namespace)
+	v, err, _ := a.flight.Do(fmt.Sprintf("%s/%s/%d", s.Namespace, node, epoch), func() (any, error) {
 		pods, err := a.podsOnNode(ctx, s.Namespace, node)
 		if err != nil {
 			return nil, err
