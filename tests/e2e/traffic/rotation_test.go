@@ -206,3 +206,100 @@ func waitNoMoreHits(t *testing.T, loop *cluster.Traffic, server interface{ Hits(
 		require.True(t, time.Now().Before(deadline), "requests stop reaching the forged server (%d so far)", now)
 	}
 }
+
+// Issue 40 item 4, end to end: what no agent plan produces is removed and never counted. As
+// node-a's agent (the chart's RBAC and the agent's admission policies in force): a chunk of 1,000
+// not-ready endpoints naming Pods of the namespace that do not exist (admitted: a policy cannot
+// tell whether a Pod exists) and an empty chunk. The controller removes both with the Events
+// naming the node; while they exist, the resource's status counts only its two real pods and
+// lists no made-up one in notReady. The honest slices stay and serve.
+func TestExhaustingSlicesOfANodeAreRemovedAndNeverCounted(t *testing.T) {
+	s := testStack(t)
+	c := s.Cluster
+	ns := c.Env.CreateNamespaceForTest(t, "exhaust")
+	applyAgentAdmission(t, s)
+	agent := agentOf(t, c, "node-a")
+	labels := map[string]string{"app": "web"}
+	pods := []*cluster.Pod{
+		c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-0", Node: "node-a", Labels: labels, ContainerPorts: webPorts}),
+		c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-1", Node: "node-b", Labels: labels, ContainerPorts: webPorts}),
+	}
+	for _, p := range pods {
+		p.ServeHTTP(t, 8080)
+	}
+	swh := kit.Resource(ns, "web", labels, []v1alpha1.ServicePort{e2e.ServicePort("http", 80, intstr.FromInt32(8080))},
+		kit.HTTPProbe(intstr.FromInt32(8080)))
+	createResource(t, c, swh)
+	honest := map[string]map[string]string{
+		"web-http-node-a": {ip(pods[0]): "TTF"},
+		"web-http-node-b": {ip(pods[1]): "TTF"},
+	}
+	kit.EventuallyEndpoints(t, c, ns, "web", honest)
+
+	flood := forgedSlice(swh, "node-a", pods[0], "x", "10.0.0.1")
+	flood.Name = chunkName(swh, "node-a", 9)
+	template := flood.Endpoints[0]
+	flood.Endpoints = nil
+	for i := range 1000 {
+		e := *template.DeepCopy()
+		e.Addresses = []string{fmt.Sprintf("10.250.%d.%d", i/250, i%250+1)}
+		e.TargetRef.Name, e.TargetRef.UID = fmt.Sprintf("aaa-ghost-%04d", i), "00000000-0000-0000-0000-000000000000"
+		no := false
+		e.Conditions.Ready, e.Conditions.Serving = &no, &no
+		flood.Endpoints = append(flood.Endpoints, e)
+	}
+	empty := forgedSlice(swh, "node-a", pods[0], "x", "10.0.0.1")
+	empty.Name = chunkName(swh, "node-a", 10)
+	empty.Endpoints = []discoveryv1.Endpoint{}
+	// The agent's policies are in force: the flood's first endpoint without its targetRef is refused.
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		bare := flood.DeepCopy()
+		bare.Endpoints = bare.Endpoints[:1]
+		bare.Endpoints[0].TargetRef = nil
+		err := agent.Create(t.Context(), bare, client.DryRunAll)
+		if assert.Error(ct, err) {
+			assert.True(ct, apierrors.IsForbidden(err), "%v", err)
+		}
+	}, waitFor, poll, "the agent's admission policies are in force")
+	written := time.Now()
+	require.NoError(t, agent.Create(t.Context(), flood), "admission admits the flood of not-ready ghosts")
+	// An empty chunk is refused or undone: today the agent's policy refuses it (its nodeName rule
+	// evaluates the empty list, which the API server hands over as null, to a CEL error, and the
+	// policy fails closed); were it admitted, the audit must remove it.
+	emptyAdmitted := true
+	if err := agent.Create(t.Context(), empty); err != nil {
+		require.Contains(t, err.Error(), "service-with-healthchecks-agent-endpointslices", "refused by the agent's policy")
+		t.Logf("the empty chunk is refused at admission: %v", err)
+		emptyAdmitted = false
+	}
+
+	// While they exist, the status never counts them.
+	for !isGone(t, c, flood) || !isGone(t, c, empty) {
+		var cur v1alpha1.ServiceWithHealthchecks
+		require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKeyFromObject(swh), &cur))
+		for _, p := range cur.Status.Ports {
+			assert.LessOrEqual(t, p.TotalEndpoints, int32(2), "only the two real pods are counted")
+			for _, nr := range p.NotReady {
+				assert.NotContains(t, nr.Pod, "ghost", "no made-up pod is listed")
+			}
+		}
+		require.Less(t, time.Since(written), waitFor, "the slices are removed")
+		time.Sleep(poll)
+	}
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var notes []string
+		for _, e := range nodeForgeryEvents(t, c, "node-a", "ConfirmForgery") {
+			notes = append(notes, e.Note)
+		}
+		all := strings.Join(notes, "\n")
+		assert.Contains(ct, all, "not-ready endpoint: pod aaa-ghost-", "the flood is reported on the Node")
+		if emptyAdmitted {
+			assert.Contains(ct, all, "the slice has no endpoints", "the empty chunk is reported on the Node")
+		}
+	}, waitFor, poll, "the controller reports the node")
+	t.Logf("the flood (and an admitted empty chunk) removed %s after the write", time.Since(written).Round(time.Millisecond))
+	got, err := e2e.EndpointsOf(t.Context(), c, ns, "web")
+	require.NoError(t, err)
+	assert.Equal(t, honest, got, "the honest slices stay")
+	c.WaitProgrammed(t, ns+"/web", 80, pods...)
+}
