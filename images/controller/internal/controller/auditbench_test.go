@@ -56,7 +56,9 @@ func BenchmarkForgedSliceRemoval(b *testing.B) {
 
 	nodeName := ns + "-node-a"
 	must(b, env.Client.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}))
-	b.Cleanup(func() { _ = env.Client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}) })
+	b.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}})
+	})
 	swh := &v1alpha1.ServiceWithHealthchecks{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
 		Spec: v1alpha1.ServiceWithHealthchecksSpec{Selector: map[string]string{"app": "web"},
