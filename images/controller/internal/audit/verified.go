@@ -4,6 +4,7 @@
 package audit
 
 import (
+	"hash/maphash"
 	"sync"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -13,46 +14,52 @@ import (
 // Verified holds, per slice, the endpoints its last audit found to be real Pods of the slice's
 // node (every check of Decide passed), so that the status counts and lists only those
 // (development/CONTROLLER.md, "Status"): a node that publishes endpoints naming Pods that do not
-// exist, ready or not, cannot fill a resource's notReady list or its counts with them. It is
-// safe for concurrent use; a nil *Verified verifies everything (the audit is off).
+// exist, ready or not, cannot fill a resource's notReady list or its counts with them. An
+// endpoint is held as a 64-bit hash of what it says of its Pod (name, UID, first address) under
+// a seed of this process, so a forger cannot aim at a collision, and an entry costs a few tens
+// of bytes whatever the names. It is safe for concurrent use; a nil *Verified verifies
+// everything (the audit is off).
 type Verified struct {
-	mu sync.RWMutex
-	m  map[types.NamespacedName]verifiedSlice
+	seed maphash.Seed
+	mu   sync.RWMutex
+	m    map[types.NamespacedName]verifiedSlice
 }
 
 // verifiedSlice is one slice's record: the resourceVersion audited and its verified endpoints.
 type verifiedSlice struct {
 	uid types.UID
 	rv  string
-	ok  map[endpointID]struct{}
+	ok  map[uint64]struct{}
 }
 
-// endpointID is what an endpoint says of its Pod: name, UID and first address.
-type endpointID struct {
-	pod  string
-	uid  types.UID
-	addr string
-}
-
-func idOf(e *discoveryv1.Endpoint) (endpointID, bool) {
+// idOf is the hash of what endpoint e says of its Pod: name, UID and first address.
+func (v *Verified) idOf(e *discoveryv1.Endpoint) (uint64, bool) {
 	if e.TargetRef == nil || len(e.Addresses) == 0 {
-		return endpointID{}, false
+		return 0, false
 	}
-	return endpointID{pod: e.TargetRef.Name, uid: e.TargetRef.UID, addr: e.Addresses[0]}, true
+	var h maphash.Hash
+	h.SetSeed(v.seed)
+	for _, part := range []string{e.TargetRef.Name, string(e.TargetRef.UID), e.Addresses[0]} {
+		_, _ = h.WriteString(part)
+		_ = h.WriteByte(0)
+	}
+	return h.Sum64(), true
 }
 
 // NewVerified returns an empty record.
-func NewVerified() *Verified { return &Verified{m: map[types.NamespacedName]verifiedSlice{}} }
+func NewVerified() *Verified {
+	return &Verified{seed: maphash.MakeSeed(), m: map[types.NamespacedName]verifiedSlice{}}
+}
 
 // record sets what the audit of slice s (input in) verified: each endpoint check passes.
 func (v *Verified) record(s *discoveryv1.EndpointSlice, in Input) {
 	if v == nil {
 		return
 	}
-	ok := make(map[endpointID]struct{}, len(in.Endpoints))
+	ok := make(map[uint64]struct{}, len(in.Endpoints))
 	for i := range in.Endpoints {
 		e := &in.Endpoints[i]
-		if id, has := idOf(e); has && check(in, e) == "" {
+		if id, has := v.idOf(e); has && check(in, e) == "" {
 			ok[id] = struct{}{}
 		}
 	}
@@ -99,7 +106,7 @@ func (v *Verified) Filter(in []discoveryv1.EndpointSlice, keepUnjudged bool) (ou
 		}
 		keep := make([]discoveryv1.Endpoint, 0, len(s.Endpoints))
 		for j := range s.Endpoints {
-			if id, has := idOf(&s.Endpoints[j]); has {
+			if id, has := v.idOf(&s.Endpoints[j]); has {
 				if _, yes := rec.ok[id]; yes {
 					keep = append(keep, s.Endpoints[j])
 				}
