@@ -105,7 +105,7 @@ type Config struct {
 	// StaleNode is Auditor.StaleNode.
 	StaleNode func(node string) bool
 	// OnAudit, when set (tests), is called after each audit of a slice with its name and the
-	// resourceVersion judged.
+	// resourceVersion judged (by its own audit or, found clean, by a sibling's).
 	OnAudit func(name types.NamespacedName, resourceVersion string)
 }
 
@@ -183,6 +183,9 @@ func (a *Auditor) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 		return ctrl.Result{}, nil
 	}
 	if a.clean.take(req.NamespacedName, version{uid: s.UID, rv: s.ResourceVersion}) {
+		if a.onAudit != nil {
+			a.onAudit(req.NamespacedName, s.ResourceVersion)
+		}
 		return ctrl.Result{}, nil // Audited clean at this version with a sibling (batch.go).
 	}
 	in, audited, err := a.observe(ctx, &s)
