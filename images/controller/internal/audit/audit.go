@@ -6,23 +6,29 @@ package audit
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/index"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/slicewrite"
 )
 
 // podNodeField is the Pods' field selector by node, served by the API server.
@@ -35,31 +41,47 @@ const OwnerRetry = 5 * time.Second
 // EventForged is the reason of the Event recorded when a forged slice is deleted.
 const EventForged = "ForgedEndpointSlice"
 
-// SliceDeleter deletes a slice only if it is still the object read (UID and resourceVersion
-// preconditions): a slice rewritten or deleted since is audited again, not deleted blind
+// SliceDeleter deletes a slice only if it is still the object read: with
+// slicewrite.SameVersion also at the resourceVersion read, with slicewrite.SameObject whatever
+// changed in it since. A slice rewritten (SameVersion) or deleted since is not deleted blind
 // (deleted false, err nil). The program's one slice writer (package slicewrite) is it, and
 // counts the deletion.
 type SliceDeleter interface {
-	DeleteForged(ctx context.Context, s *discoveryv1.EndpointSlice) (deleted bool, err error)
+	DeleteForged(ctx context.Context, s *discoveryv1.EndpointSlice, p slicewrite.Precondition) (deleted bool, err error)
 }
+
+// DefaultWorkers is how many slices the audit judges at once by default.
+const DefaultWorkers = 4
 
 // Auditor is the reconciler of this module's EndpointSlices.
 type Auditor struct {
 	// Client reads slices and resources from the manager's cache.
 	Client client.Reader
-	// Pods reads Pods uncached, from the API server: one LIST of the slice's node's Pods per
-	// audit, then a GET of each Pod whose endpoint fails against it (the re-read before deciding).
-	Pods client.Reader
+	// API reads from the API server, uncached: one LIST of the slice's node's Pods per audit,
+	// then a GET of each Pod whose endpoint fails against it (at most MaxRereads, the re-read
+	// before deciding), and the latest version of a slice whose delete conflicted.
+	API client.Reader
 	// Deleter deletes forged slices.
 	Deleter SliceDeleter
-	// Recorder records the ForgedEndpointSlice Event.
+	// Recorder records the ForgedEndpointSlice Events.
 	Recorder events.EventRecorder
 	// Metrics counts audits and deletions.
 	Metrics *metrics.Metrics
 	// Now is the clock of the confirmation window.
 	Now func() time.Time
+	// Verified receives what each audit found real (for the status); nil: nothing is kept.
+	Verified *Verified
+	// StaleNode tells whether a node's agent is judged stale (its slices' endpoints that route
+	// nothing may be the controller's withdrawal of Pods gone with the node: not audited); nil:
+	// none is.
+	StaleNode func(node string) bool
+
+	// onAudit is Config.OnAudit.
+	onAudit func(types.NamespacedName, string)
 
 	confirm *confirmer
+	// flight shares one LIST among the audits of a namespace and node running at once.
+	flight singleflight.Group
 	// clean holds the slices a sibling's audit found clean (batch.go).
 	clean *cleanSet
 }
@@ -68,6 +90,8 @@ type Auditor struct {
 type Config struct {
 	// Window is the confirmation window (0: DefaultWindow).
 	Window time.Duration
+	// Workers is how many slices are judged at once (0: DefaultWorkers).
+	Workers int
 	// Now is the clock (nil: time.Now; tests inject theirs).
 	Now func() time.Time
 	// SkipNameValidation lets one process run several managers (tests).
@@ -76,12 +100,23 @@ type Config struct {
 	Deleter SliceDeleter
 	// WrapReader, when set (tests), wraps the cache reader of slices and resources.
 	WrapReader func(client.Reader) client.Reader
+	// Verified receives the verified endpoints (nil: none kept).
+	Verified *Verified
+	// StaleNode is Auditor.StaleNode.
+	StaleNode func(node string) bool
+	// OnAudit, when set (tests), is called after each audit of a slice with its name and the
+	// resourceVersion judged (by its own audit or, found clean, by a sibling's).
+	OnAudit func(name types.NamespacedName, resourceVersion string)
 }
 
-// Setup registers the audit with mgr.
+// Setup registers the audit with mgr: it judges a slice on its own events and on those of the
+// Pods its endpoints name (a Pod deleted, relabelled or ended after its slice was judged).
 func Setup(mgr ctrl.Manager, m *metrics.Metrics, recorder events.EventRecorder, cfg Config) error {
 	if cfg.Window <= 0 {
 		cfg.Window = DefaultWindow
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = DefaultWorkers
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -91,13 +126,19 @@ func Setup(mgr ctrl.Manager, m *metrics.Metrics, recorder events.EventRecorder, 
 		cached = cfg.WrapReader(cached)
 	}
 	a := &Auditor{
-		Client: cached, Pods: mgr.GetAPIReader(), Deleter: cfg.Deleter,
-		Recorder: recorder, Metrics: m, Now: cfg.Now, confirm: newConfirmer(cfg.Window), clean: newCleanSet(),
+		Client: cached, API: mgr.GetAPIReader(), Deleter: cfg.Deleter, Verified: cfg.Verified, StaleNode: cfg.StaleNode,
+		Recorder: recorder, Metrics: m, Now: cfg.Now, confirm: newConfirmer(cfg.Window), clean: newCleanSet(), onAudit: cfg.OnAudit,
 	}
+	a.confirm.onKnown = m.SetNodeForgeries
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("endpointsliceaudit").
 		For(&discoveryv1.EndpointSlice{}).
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(cfg.SkipNameValidation)}).
+		// Metadata only (the manager's cache keeps just each Pod's name, UID and version), not
+		// the Pods themselves: every change of a Pod a slice names brings that slice back, and
+		// its audit reads the Pod from the API server.
+		WatchesMetadata(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(a.podToSlices),
+			builder.WithPredicates(predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }})).
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(cfg.SkipNameValidation), MaxConcurrentReconciles: cfg.Workers}).
 		Complete(a)
 	if err != nil {
 		return fmt.Errorf("creating the EndpointSlice audit: %w", err)
@@ -105,14 +146,35 @@ func Setup(mgr ctrl.Manager, m *metrics.Metrics, recorder events.EventRecorder, 
 	return nil
 }
 
+// podToSlices maps a Pod (changed or deleted) to the slices of its namespace that name it
+// (index.SlicePod), each to be judged again even if a sibling's audit found it clean.
+func (a *Auditor) podToSlices(ctx context.Context, obj client.Object) []reconcile.Request {
+	a.clean.podChanged(obj.GetNamespace())
+	var list discoveryv1.EndpointSliceList
+	if err := a.Client.List(ctx, &list, client.InNamespace(obj.GetNamespace()), client.MatchingFields{index.SlicePod: obj.GetName()},
+		client.UnsafeDisableDeepCopy); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the EndpointSlices that name a Pod", "namespace", obj.GetNamespace(), "pod", obj.GetName())
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		key := types.NamespacedName{Namespace: list.Items[i].Namespace, Name: list.Items[i].Name}
+		a.clean.forget(key)
+		out = append(out, reconcile.Request{NamespacedName: key})
+	}
+	return out
+}
+
 // Reconcile audits one slice: observe (slice and resource from the cache, the node's Pods in one
-// LIST from the API server, the suspects' Pods again one by one), decide, and once a mismatch has lasted the window, apply.
+// LIST from the API server, the suspects' Pods again one by one), decide, and once a mismatch
+// has lasted the window (or repeats a forgery confirmed for the node), apply.
 func (a *Auditor) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var s discoveryv1.EndpointSlice
 	if err := a.Client.Get(ctx, req.NamespacedName, &s); err != nil {
 		if apierrors.IsNotFound(err) {
-			a.confirm.forget(req.NamespacedName)
+			a.confirm.forgetSlice(req.NamespacedName)
 			a.clean.forget(req.NamespacedName)
+			a.Verified.forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
@@ -121,6 +183,9 @@ func (a *Auditor) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 		return ctrl.Result{}, nil
 	}
 	if a.clean.take(req.NamespacedName, version{uid: s.UID, rv: s.ResourceVersion}) {
+		if a.onAudit != nil {
+			a.onAudit(req.NamespacedName, s.ResourceVersion)
+		}
 		return ctrl.Result{}, nil // Audited clean at this version with a sibling (batch.go).
 	}
 	in, audited, err := a.observe(ctx, &s)
@@ -135,11 +200,36 @@ func (a *Auditor) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 		return ctrl.Result{RequeueAfter: OwnerRetry}, nil
 	}
 	a.Metrics.AuditedSlices.Inc()
-	confirmed, wait := a.confirm.observe(req.NamespacedName, s.UID, Decide(in), a.Now())
-	if len(confirmed) == 0 {
-		return ctrl.Result{RequeueAfter: wait}, nil
+	forged := Decide(in)
+	a.Verified.record(&s, in)
+	v := a.confirm.observe(req.NamespacedName, s.UID, in.Node, in.Namespace, forged, cleanKeys(in, forged), a.Now())
+	if a.onAudit != nil {
+		a.onAudit(req.NamespacedName, s.ResourceVersion)
 	}
-	return ctrl.Result{}, a.apply(ctx, &s, in.Node, confirmed)
+	if len(v.confirmed) == 0 {
+		return ctrl.Result{RequeueAfter: v.wait}, nil
+	}
+	return ctrl.Result{}, a.apply(ctx, &s, in, v)
+}
+
+// cleanKeys are the fullKeys of the endpoints of in that are not among forged.
+func cleanKeys(in Input, forged []Forged) []string {
+	bad := make(map[string]bool, len(forged))
+	for _, f := range forged {
+		bad[fullKey(in.Namespace, f)] = true
+	}
+	var out []string
+	for i := range in.Endpoints {
+		e := &in.Endpoints[i]
+		if e.TargetRef == nil || len(e.Addresses) == 0 {
+			continue
+		}
+		k := fullKey(in.Namespace, Forged{Address: e.Addresses[0], Pod: e.TargetRef.Name, UID: string(e.TargetRef.UID)})
+		if !bad[k] {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // observe reads what Decide needs. audited is false when the slice's resource is gone or is
@@ -153,31 +243,43 @@ func (a *Auditor) observe(ctx context.Context, s *discoveryv1.EndpointSlice) (In
 	if err != nil {
 		return Input{}, false, fmt.Errorf("reading the resource of slice %s/%s: %w", s.Namespace, s.Name, err)
 	}
-	in := Input{Namespace: s.Namespace, Node: slicemeta.NodeOf(s), Selector: swh.Spec.Selector, Endpoints: s.Endpoints}
-	refs := PodRefs(s.Namespace, s.Endpoints)
+	in := a.input(s, &swh, nil)
+	refs := PodRefs(s.Namespace, s.Endpoints, in.WholeSlice)
 	if len(refs) == 0 {
 		in.Pods = map[string]*corev1.Pod{}
 		return in, true, nil
 	}
-	if in.Pods, err = a.podsOnNode(ctx, s.Namespace, in.Node); err != nil {
+	// The same LIST audits the other slices of this namespace and node (batch.go).
+	if in.Pods, err = a.nodePods(ctx, s, in.Node); err != nil {
 		return Input{}, false, err
 	}
 	if err := a.reread(ctx, &in, refs); err != nil {
 		return Input{}, false, err
 	}
-	// The same LIST audits the other slices of this namespace and node. A failure there costs
-	// only the saving: each of them is still audited on its own.
-	if err := a.auditSiblings(ctx, s, in.Node, in.Pods); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "auditing the other slices of the node with the same Pods")
-	}
 	return in, true, nil
+}
+
+// input is what Decide judges of slice s of resource swh against pods.
+func (a *Auditor) input(s *discoveryv1.EndpointSlice, swh *v1alpha1.ServiceWithHealthchecks, pods map[string]*corev1.Pod) Input {
+	node := slicemeta.NodeOf(s)
+	in := Input{Namespace: s.Namespace, Node: node, Selector: swh.Spec.Selector, Endpoints: s.Endpoints, Pods: pods, Ports: s.Ports,
+		WholeSlice: a.StaleNode == nil || !a.StaleNode(node)}
+	if port, ok := slicemeta.PortOf(s); ok {
+		for i := range swh.Spec.Ports {
+			if swh.Spec.Ports[i].Name == port {
+				in.ServicePort = &swh.Spec.Ports[i]
+				break
+			}
+		}
+	}
+	return in
 }
 
 // podsOnNode reads, in one uncached LIST, the Pods of the namespace bound to the slice's node:
 // an honest slice names only those, so one request serves all its endpoints however many.
 func (a *Auditor) podsOnNode(ctx context.Context, namespace, node string) (map[string]*corev1.Pod, error) {
 	var list corev1.PodList
-	if err := a.Pods.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{podNodeField: node}); err != nil {
+	if err := a.API.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{podNodeField: node}); err != nil {
 		return nil, fmt.Errorf("listing the pods of %s on node %q: %w", namespace, node, err)
 	}
 	pods := make(map[string]*corev1.Pod, len(list.Items))
@@ -188,12 +290,12 @@ func (a *Auditor) podsOnNode(ctx context.Context, namespace, node string) (map[s
 }
 
 // reread reads again, one GET each, the Pods of the endpoints that fail against the LIST (a Pod
-// that moved, was recreated or changed since): the honest race is re-read, then decided, and
-// the Event names what the Pod really is. Only the suspects cost a request.
+// that moved, was recreated or changed since), at most MaxRereads: the honest race is re-read,
+// then decided, and the Event names what the Pod really is. Only the suspects cost a request.
 func (a *Auditor) reread(ctx context.Context, in *Input, refs []string) error {
 	for _, name := range suspects(Decide(*in), refs) {
 		var pod corev1.Pod
-		err := a.Pods.Get(ctx, client.ObjectKey{Namespace: in.Namespace, Name: name}, &pod)
+		err := a.API.Get(ctx, client.ObjectKey{Namespace: in.Namespace, Name: name}, &pod)
 		switch {
 		case apierrors.IsNotFound(err):
 			delete(in.Pods, name)
@@ -203,26 +305,5 @@ func (a *Auditor) reread(ctx context.Context, in *Input, refs []string) error {
 			in.Pods[name] = &pod
 		}
 	}
-	return nil
-}
-
-// apply deletes the forged slice, then records the Event (on the slice's resource) and counts.
-// A slice rewritten or deleted meanwhile is left to its next audit.
-func (a *Auditor) apply(ctx context.Context, s *discoveryv1.EndpointSlice, node string, forged []Forged) error {
-	deleted, err := a.Deleter.DeleteForged(ctx, s)
-	if err != nil || !deleted {
-		return err
-	}
-	parts := make([]string, 0, len(forged))
-	for _, f := range forged {
-		parts = append(parts, fmt.Sprintf("endpoint %s (pod %q): %s", f.Address, f.Pod, f.Reason))
-	}
-	var regarding runtime.Object = s
-	if ref, ok := slicemeta.ResourceRef(s.OwnerReferences); ok {
-		regarding = &v1alpha1.ServiceWithHealthchecks{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: ref.Name, UID: ref.UID}}
-	}
-	a.Recorder.Eventf(regarding, s, corev1.EventTypeWarning, EventForged, "DeleteForgedSlice",
-		"Deleted EndpointSlice %s published for node %q: %s", s.Name, node, strings.Join(parts, "; "))
-	ctrl.LoggerFrom(ctx).Info("deleted a forged EndpointSlice", "slice", s.Name, "node", node, "endpoints", parts)
 	return nil
 }

@@ -6,12 +6,14 @@ package audit
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
@@ -31,30 +33,58 @@ type version struct {
 	rv  string
 }
 
-// cleanSet remembers the slices found clean by a sibling's audit, at the version audited: the
-// slice's own audit at that version has nothing left to read. It holds at most one entry per
-// slice, dropped at the slice's next audit or deletion.
-type cleanSet struct {
-	mu sync.Mutex
-	m  map[types.NamespacedName]version
+// mark is a slice found clean by a sibling's audit: the version, and the epoch of its
+// namespace's Pod changes when the LIST it was judged against began.
+type mark struct {
+	v     version
+	epoch uint64
 }
 
-func newCleanSet() *cleanSet { return &cleanSet{m: map[types.NamespacedName]version{}} }
+// cleanSet remembers the slices found clean by a sibling's audit, at the version audited: the
+// slice's own audit at that version has nothing left to read, unless a Pod of its namespace
+// changed since the LIST began (a Pod change brings the slices that name it back, and a mark
+// made from an older LIST must not answer for them). It holds at most one entry per slice,
+// dropped at the slice's next audit or deletion, and one epoch per namespace.
+type cleanSet struct {
+	mu     sync.Mutex
+	m      map[types.NamespacedName]mark
+	epochs map[string]uint64
+}
 
-func (c *cleanSet) mark(name types.NamespacedName, v version) {
+func newCleanSet() *cleanSet {
+	return &cleanSet{m: map[types.NamespacedName]mark{}, epochs: map[string]uint64{}}
+}
+
+func (c *cleanSet) mark(name types.NamespacedName, v version, epoch uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.m[name] = v
+	c.m[name] = mark{v: v, epoch: epoch}
 }
 
-// take tells whether the slice was found clean at version v, and forgets it either way: a
-// slice written since is audited again.
+// take tells whether the slice was found clean at version v against Pods read after its
+// namespace's last Pod change, and forgets it either way: a slice written since is audited
+// again.
 func (c *cleanSet) take(name types.NamespacedName, v version) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	got, ok := c.m[name]
 	delete(c.m, name)
-	return ok && got == v
+	return ok && got.v == v && got.epoch == c.epochs[name.Namespace]
+}
+
+// epoch is the count of Pod changes seen in namespace ns.
+func (c *cleanSet) epoch(ns string) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.epochs[ns]
+}
+
+// podChanged records a Pod change in namespace ns: every mark made from a LIST that began
+// before is void.
+func (c *cleanSet) podChanged(ns string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.epochs[ns]++
 }
 
 func (c *cleanSet) forget(name types.NamespacedName) {
@@ -69,11 +99,38 @@ func (c *cleanSet) size() int {
 	return len(c.m)
 }
 
+// nodePods is the LIST of slice s's node's Pods of its namespace (podsOnNode), shared by the
+// audits of that namespace and node running at once (one LIST for all of them: several workers
+// start on the same node's slices together), and followed, in the same flight, by the judgement
+// of the node's other slices against it (auditSiblings). An audit joins only a flight begun since
+// the last Pod change of the namespace (the flight is keyed by the epoch too): a LIST begun
+// before a Pod changed does not answer for it. Each caller gets its own copy of the map (reread
+// changes it).
+func (a *Auditor) nodePods(ctx context.Context, s *discoveryv1.EndpointSlice, node string) (map[string]*corev1.Pod, error) {
+	epoch := a.clean.epoch(s.Namespace)
+	v, err, _ := a.flight.Do(fmt.Sprintf("%s/%s/%d", s.Namespace, node, epoch), func() (any, error) {
+		pods, err := a.podsOnNode(ctx, s.Namespace, node)
+		if err != nil {
+			return nil, err
+		}
+		// A failure here costs only the saving: each sibling is still audited on its own.
+		if err := a.auditSiblings(ctx, s, node, pods, epoch); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "auditing the other slices of the node with the same Pods")
+		}
+		return pods, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	shared, _ := v.(map[string]*corev1.Pod)
+	return maps.Clone(shared), nil
+}
+
 // auditSiblings audits, against pods (the LIST of slice s's node's Pods of its namespace), the
 // other slices of that namespace and node in the cache, and marks each one found clean at its
 // version. A sibling with a suspect endpoint is left to its own audit, which reads its Pods again
 // and confirms over the window; nothing is deleted here.
-func (a *Auditor) auditSiblings(ctx context.Context, s *discoveryv1.EndpointSlice, node string, pods map[string]*corev1.Pod) error {
+func (a *Auditor) auditSiblings(ctx context.Context, s *discoveryv1.EndpointSlice, node string, pods map[string]*corev1.Pod, epoch uint64) error {
 	var siblings discoveryv1.EndpointSliceList
 	if err := a.Client.List(ctx, &siblings, client.InNamespace(s.Namespace), client.MatchingFields{index.SliceNode: node},
 		client.UnsafeDisableDeepCopy); err != nil {
@@ -92,13 +149,14 @@ func (a *Auditor) auditSiblings(ctx context.Context, s *discoveryv1.EndpointSlic
 		if owner == nil || !slicemeta.IsOwnedBy(sib, owner.UID) {
 			continue // The garbage collector's case, not the audit's.
 		}
-		in := Input{Namespace: sib.Namespace, Node: node, Selector: owner.Spec.Selector, Endpoints: sib.Endpoints, Pods: pods}
+		in := a.input(sib, owner, pods)
 		if len(Decide(in)) > 0 {
 			continue
 		}
 		name := types.NamespacedName{Namespace: sib.Namespace, Name: sib.Name}
-		a.confirm.forget(name)
-		a.clean.mark(name, version{uid: sib.UID, rv: sib.ResourceVersion})
+		a.confirm.forgetSlice(name)
+		a.Verified.record(sib, in)
+		a.clean.mark(name, version{uid: sib.UID, rv: sib.ResourceVersion}, epoch)
 		a.Metrics.AuditedSlices.Inc()
 	}
 	return nil

@@ -14,20 +14,25 @@ func TestCleanSetSkipsOnlyTheVersionAuditedAndForgetsIt(t *testing.T) {
 	name := types.NamespacedName{Namespace: "ns", Name: "web-http-node-a"}
 	audited := version{uid: "u1", rv: "10"}
 	tests := map[string]struct {
-		mark     bool
-		take     version
-		wantSkip bool
+		mark      bool
+		take      version
+		podChange bool
+		wantSkip  bool
 	}{
-		"the version a sibling audited is skipped":         {mark: true, take: audited, wantSkip: true},
-		"a slice written since is audited again":           {mark: true, take: version{uid: "u1", rv: "11"}},
-		"a slice deleted and recreated is audited again":   {mark: true, take: version{uid: "u2", rv: "10"}},
-		"a slice no sibling audited is audited on its own": {take: audited},
+		"a Pod of the namespace changed since the LIST began": {mark: true, take: audited, podChange: true},
+		"the version a sibling audited is skipped":            {mark: true, take: audited, wantSkip: true},
+		"a slice written since is audited again":              {mark: true, take: version{uid: "u1", rv: "11"}},
+		"a slice deleted and recreated is audited again":      {mark: true, take: version{uid: "u2", rv: "10"}},
+		"a slice no sibling audited is audited on its own":    {take: audited},
 	}
 	for title, tc := range tests {
 		t.Run(title, func(t *testing.T) {
 			c := newCleanSet()
 			if tc.mark {
-				c.mark(name, audited)
+				c.mark(name, audited, c.epoch(name.Namespace))
+			}
+			if tc.podChange {
+				c.podChanged(name.Namespace)
 			}
 			assert.Equal(t, tc.wantSkip, c.take(name, tc.take))
 			assert.Zero(t, c.size(), "take forgets the slice either way")
@@ -35,7 +40,7 @@ func TestCleanSetSkipsOnlyTheVersionAuditedAndForgetsIt(t *testing.T) {
 		})
 	}
 	c := newCleanSet()
-	c.mark(name, audited)
+	c.mark(name, audited, 0)
 	c.forget(name)
 	assert.Zero(t, c.size(), "a deleted slice is forgotten")
 }

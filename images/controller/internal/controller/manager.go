@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -15,8 +16,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -99,12 +102,17 @@ type Options struct {
 	// AuditWindow is its confirmation window (0: audit.DefaultWindow).
 	SkipAudit   bool
 	AuditWindow time.Duration
+	// AuditWorkers is how many slices the audit judges at once (0: audit.DefaultWorkers).
+	AuditWorkers int
 
 	// onReconcile, when set (tests), is called as a reconcile starts; the function it returns
 	// is called as it ends.
 	onReconcile func() func()
 	// auditNow, when set (tests), is the clock of the audit's confirmation window.
 	auditNow func() time.Time
+	// onAudit, when set (tests), is called after each audit with the slice and the version
+	// judged.
+	onAudit func(types.NamespacedName, string)
 	// auditReader, when set (tests), wraps the cache reader the audit reads slices and resources
 	// with: a test makes the cache lag behind the API server with it.
 	auditReader func(client.Reader) client.Reader
@@ -126,6 +134,9 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, *metrics.Metrics, er
 			// Services keep theirs: upgradeManagedFields turns the controller's create into its
 			// apply ownership from the cached Service's managedFields.
 			&corev1.Service{}: {Transform: keepObject},
+			// The audit watches Pods metadata only, for their changes (it reads Pods from the API
+			// server): of each, the cache keeps only its name, namespace, UID and version.
+			&corev1.Pod{}: {Transform: podIdentity},
 		},
 	}
 	if len(o.Namespaces) > 0 {
@@ -177,18 +188,36 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, *metrics.Metrics, er
 			return nil, nil, err
 		}
 	}
-	if err := setup(mgr, m, writer, o, agents); err != nil {
+	// What the audit found real: the status counts only that (nil: the audit is off).
+	var verified *audit.Verified
+	if !o.SkipAudit {
+		verified = audit.NewVerified()
+	}
+	if err := setup(mgr, m, writer, o, agents, verified); err != nil {
 		return nil, nil, err
 	}
 	// The audit of published endpoints (development/CONTROLLER.md): deletes forged slices
 	// through the one writer.
-	if err := setupAudit(mgr, m, writer, o); err != nil {
+	if err := setupAudit(mgr, m, writer, o, agents, verified); err != nil {
 		return nil, nil, err
 	}
 	if err := addHealthChecks(mgr); err != nil {
 		return nil, nil, err
 	}
 	return mgr, m, nil
+}
+
+// podIdentity is the cache transform of the audit's metadata-only Pods: the name, namespace,
+// UID, version and deletion time, nothing else (no labels, annotations or owners: at tens of
+// thousands of Pods in a cluster their metadata would be most of the cache).
+func podIdentity(in any) (any, error) {
+	m, ok := in.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return in, nil
+	}
+	return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion, DeletionTimestamp: m.DeletionTimestamp,
+	}}, nil
 }
 
 // keepObject is the cache transform that keeps an object as the API server sent it.
@@ -212,12 +241,20 @@ func addHealthChecks(mgr ctrl.Manager) error {
 	return nil
 }
 
-// setupAudit registers the audit of published endpoints unless o.SkipAudit.
-func setupAudit(mgr ctrl.Manager, m *metrics.Metrics, writer *slicewrite.Writer, o Options) error {
+// setupAudit registers the audit of published endpoints unless o.SkipAudit; agents (nil when
+// not judged) tells it which nodes' agents are stale.
+func setupAudit(mgr ctrl.Manager, m *metrics.Metrics, writer *slicewrite.Writer, o Options, agents *liveness.Agents, verified *audit.Verified) error {
 	if o.SkipAudit {
 		return nil
 	}
-	return audit.Setup(mgr, m, eventnote.Capped(mgr.GetEventRecorder(EventSource)), audit.Config{Window: o.AuditWindow, Now: o.auditNow, WrapReader: o.auditReader, SkipNameValidation: o.SkipNameValidation, Deleter: writer})
+	var stale func(string) bool
+	if agents != nil {
+		stale = func(node string) bool { return slices.Contains(agents.Current().Stale, node) }
+	}
+	return audit.Setup(mgr, m, eventnote.Capped(mgr.GetEventRecorder(EventSource)), audit.Config{
+		Window: o.AuditWindow, Workers: o.AuditWorkers, Now: o.auditNow, WrapReader: o.auditReader,
+		SkipNameValidation: o.SkipNameValidation, Deleter: writer, Verified: verified, StaleNode: stale, OnAudit: o.onAudit,
+	})
 }
 
 // newScheme knows the built-in types and the module's.
@@ -237,9 +274,10 @@ func agentsStatus(a *liveness.Agents) *status.Agents {
 	return &status.Agents{Known: j.Known, Stale: j.Stale, Guarded: j.Guarded, LookStale: j.LookStale, LeaseNamespace: a.Namespace}
 }
 
-// overBudget are the agents' reports of the resource over their probe budget; none when
-// agents are not judged.
-func overBudget(a *liveness.Agents, key client.ObjectKey) []status.NodeBudget {
+// overBudget are the agents' reports of the resource over their probe budget, from the nodes
+// where the resource has pods (status.FromNodesWithPods over owned, the slices as the audit
+// verified them); none when agents are not judged.
+func overBudget(a *liveness.Agents, key client.ObjectKey, owned []discoveryv1.EndpointSlice) []status.NodeBudget {
 	if a == nil {
 		return nil
 	}
@@ -247,12 +285,12 @@ func overBudget(a *liveness.Agents, key client.ObjectKey) []status.NodeBudget {
 	for _, nb := range a.OverBudget(key) {
 		out = append(out, status.NodeBudget{Node: nb.Node, Budget: nb.Budget, Asked: nb.Asked, Allowed: nb.Allowed})
 	}
-	return out
+	return status.FromNodesWithPods(out, owned)
 }
 
 // setup registers the reconciler and its watches with mgr; agents is nil when the agents'
 // liveness is not judged.
-func setup(mgr ctrl.Manager, m *metrics.Metrics, writer *slicewrite.Writer, o Options, agents *liveness.Agents) error {
+func setup(mgr ctrl.Manager, m *metrics.Metrics, writer *slicewrite.Writer, o Options, agents *liveness.Agents, verified *audit.Verified) error {
 	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
 	if err != nil {
 		return fmt.Errorf("creating the clientset: %w", err)
@@ -270,6 +308,7 @@ func setup(mgr ctrl.Manager, m *metrics.Metrics, writer *slicewrite.Writer, o Op
 		metrics:      m,
 		fieldManager: fm,
 		agents:       agents,
+		verified:     verified,
 		now:          time.Now,
 		onReconcile:  o.onReconcile,
 	}

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/audit"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/childservice"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/liveness"
 	"github.com/deckhouse/service-with-healthchecks/images/controller/internal/metrics"
@@ -64,7 +65,12 @@ type Reconciler struct {
 	fieldManager string
 	// agents is the liveness runner's judgement (nil when agents are not judged).
 	agents *liveness.Agents
-	now    func() time.Time
+	// verified are the endpoints the audit found real (nil when the audit is off: all count).
+	verified *audit.Verified
+	// auditWait holds, per resource, since when a reconcile found a slice version the audit has
+	// not judged yet (waitedForAudit).
+	auditWait sync.Map
+	now       func() time.Time
 	// builtinSwept holds the UIDs of adopted Services whose built-in EndpointSlices this process
 	// has already looked for and deleted (needsBuiltinSweep).
 	builtinSwept sync.Map
@@ -97,11 +103,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 			return ctrl.Result{}, fmt.Errorf("reading ServiceWithHealthchecks %s: %w", req, err)
 		}
 		r.metrics.ForgetResource(req.NamespacedName)
+		r.auditWait.Delete(req.NamespacedName)
 		return r.collectOrphans(ctx, req.NamespacedName)
 	}
 	if swh.DeletionTimestamp != nil {
 		// Being deleted: what it owns goes with it (or with collectOrphans once it is gone).
 		r.metrics.ForgetResource(req.NamespacedName)
+		r.auditWait.Delete(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 
@@ -116,12 +124,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 
 	// The per-port counts are computed once, for the status. The adoption waits until every
 	// port has a ready endpoint in every family of the Service (WithoutReadyIn).
-	owned := status.Owned(&swh, sliceList)
+	// Only what the audit found to be real pods of a slice's node counts (a slice version it
+	// has not judged yet: look again shortly).
+	owned, unverified := r.verified.Filter(status.Owned(&swh, sliceList), r.waitedForAudit(req.NamespacedName, true))
+	waiting := unverified && !r.waitedForAudit(req.NamespacedName, false)
+	if !unverified {
+		r.auditWait.Delete(req.NamespacedName)
+	}
+	if waiting {
+		// The status waits (at most verifyGrace) for the audit rather than counting without
+		// the endpoints it has not judged yet and counting them again a moment later.
+		res.RequeueAfter = verifyRetry
+	}
 	ports := status.Ports(&swh, owned)
 	out, svcErr := r.syncService(ctx, &swh, live, status.WithoutReadyIn(&swh, owned, status.ServiceFamilies(live)))
 	gcErr := r.collectSlices(ctx, &swh, sliceList)
 	var stErr error
-	if !conflict(svcErr) && !out.requeue {
+	if !conflict(svcErr) && !out.requeue && !waiting {
 		// After a lost race the outcome says nothing about the Service: report on the next run.
 		stErr = r.writeStatus(ctx, &swh, out, owned, ports)
 	}
@@ -431,7 +450,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, swh *v1alpha1.ServiceWithH
 		Ports:         ports,
 		Neighbours:    neighbours,
 		Agents:        agentsStatus(r.agents),
-		OverBudget:    overBudget(r.agents, client.ObjectKeyFromObject(swh)),
+		OverBudget:    overBudget(r.agents, client.ObjectKeyFromObject(swh), owned),
 		Now:           metav1.NewTime(r.now()),
 	})
 	r.metrics.SetPorts(client.ObjectKeyFromObject(swh), computed.Ports)

@@ -202,13 +202,23 @@ func slice(t *testing.T, ns, resource string, uid types.UID, port, nodeName stri
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
 			NodeName:   ptr.To(nodeName),
 		}},
-		Ports: []discoveryv1.EndpointPort{{Name: ptr.To(port), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](8080)}},
+		// The target port of newResource's port of that name (the audit checks it).
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To(port), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(targetPortOf(port))}},
 	}
 	for _, o := range opts {
 		o(s)
 	}
 	create(t, s)
 	return s
+}
+
+// targetPortOf is the target port of newResource's port of that name: 9090 for metrics, 8080
+// otherwise.
+func targetPortOf(port string) int32 {
+	if port == "metrics" {
+		return 9090
+	}
+	return 8080
 }
 
 func named(name string) sliceOpt { return func(s *discoveryv1.EndpointSlice) { s.Name = name } }

@@ -26,7 +26,37 @@ const (
 	SliceResource = "swh.resource"
 	// SliceNode indexes this module's slices by slicemeta.NodeOf, across namespaces.
 	SliceNode = "swh.node"
+	// SlicePod indexes this module's slices by the names of the Pods their endpoints' targetRefs
+	// name (at most MaxPodsIndexed per slice). Combined with client.InNamespace it finds the
+	// slices that name one Pod: the audit judges them again when that Pod changes.
+	SlicePod = "swh.pod"
 )
+
+// MaxPodsIndexed bounds the SlicePod values of one slice: the most endpoints a slice holds.
+const MaxPodsIndexed = 1000
+
+// SlicePodsOf is the value of SlicePod for obj: the names of the Pods (kind Pod, core group)
+// its endpoints' targetRefs name, each once, at most MaxPodsIndexed.
+func SlicePodsOf(obj client.Object) []string {
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok || !slicemeta.IsManaged(s) {
+		return nil
+	}
+	var out []string
+	seen := map[string]bool{}
+	for i := range s.Endpoints {
+		ref := s.Endpoints[i].TargetRef
+		if ref == nil || ref.Kind != "Pod" || ref.Name == "" || seen[ref.Name] {
+			continue
+		}
+		if len(out) == MaxPodsIndexed {
+			break
+		}
+		seen[ref.Name] = true
+		out = append(out, ref.Name)
+	}
+	return out
+}
 
 // SliceResourceOf is the value of SliceResource for obj: the resource a slice of this module
 // was published for; none for a slice of another manager or one that names no resource.
@@ -54,7 +84,7 @@ func SliceNodeOf(obj client.Object) []string {
 	return nil
 }
 
-// Register adds both indexes to indexer (a manager's field indexer, before its cache starts).
+// Register adds the indexes to indexer (a manager's field indexer, before its cache starts).
 // Call it once per manager: a second registration of the same index fails.
 func Register(ctx context.Context, indexer client.FieldIndexer) error {
 	if err := indexer.IndexField(ctx, &discoveryv1.EndpointSlice{}, SliceResource, SliceResourceOf); err != nil {
@@ -62,6 +92,9 @@ func Register(ctx context.Context, indexer client.FieldIndexer) error {
 	}
 	if err := indexer.IndexField(ctx, &discoveryv1.EndpointSlice{}, SliceNode, SliceNodeOf); err != nil {
 		return fmt.Errorf("indexing EndpointSlices by node: %w", err)
+	}
+	if err := indexer.IndexField(ctx, &discoveryv1.EndpointSlice{}, SlicePod, SlicePodsOf); err != nil {
+		return fmt.Errorf("indexing EndpointSlices by the Pods they name: %w", err)
 	}
 	return nil
 }

@@ -71,3 +71,40 @@ func TestSliceIndexValues(t *testing.T) {
 		})
 	}
 }
+
+func TestSlicePodsOf(t *testing.T) {
+	k := slicemeta.SliceKey{Resource: "web", Port: "http", Node: "n1"}
+	withRefs := func(refs ...*corev1.ObjectReference) *discoveryv1.EndpointSlice {
+		s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: k.Name(), Namespace: "ns", Labels: k.Labels(), Annotations: k.Annotations()}}
+		for _, r := range refs {
+			s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}, TargetRef: r})
+		}
+		return s
+	}
+	podRef := func(name string) *corev1.ObjectReference { return &corev1.ObjectReference{Kind: "Pod", Name: name} }
+	many := make([]*corev1.ObjectReference, 0, MaxPodsIndexed+5)
+	for i := range MaxPodsIndexed + 5 {
+		many = append(many, podRef(strings.Repeat("p", 1+i%3)+string(rune('a'+i%26))+strings.Repeat("x", i/26)))
+	}
+	foreign := withRefs(podRef("a"))
+	foreign.Labels[discoveryv1.LabelManagedBy] = "endpointslice-controller.k8s.io"
+	tests := map[string]struct {
+		obj  client.Object
+		want int
+		has  []string
+	}{
+		"each Pod once":                 {withRefs(podRef("a"), podRef("b"), podRef("a")), 2, []string{"a", "b"}},
+		"no targetRef, not a Pod, none": {withRefs(nil, &corev1.ObjectReference{Kind: "Node", Name: "n"}, podRef("")), 0, nil},
+		"at most MaxPodsIndexed":        {withRefs(many...), MaxPodsIndexed, nil},
+		"another manager's slice":       {foreign, 0, nil},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := SlicePodsOf(tc.obj)
+			assert.Len(t, got, tc.want)
+			for _, h := range tc.has {
+				assert.Contains(t, got, h)
+			}
+		})
+	}
+}

@@ -82,6 +82,9 @@ type Metrics struct {
 	AuditedSlices prometheus.Counter
 	// ForgedSlices counts EndpointSlices deleted because an endpoint failed the audit.
 	ForgedSlices prometheus.Counter
+	// NodeForgeries is, per node, how many confirmed forgeries the audit remembers (a slice of
+	// the node that repeats one is deleted at once); the series is deleted once they expire.
+	NodeForgeries *prometheus.GaugeVec
 
 	mu    sync.Mutex
 	ports map[types.NamespacedName][]string // port label values set per resource
@@ -144,13 +147,17 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: namespace, Name: "forged_endpointslices_total",
 			Help: "EndpointSlices of this module deleted because an endpoint does not match the Pod it names (no such Pod, another UID, IP or node, or a Pod the resource does not select).",
 		}),
+		NodeForgeries: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "node_forged_endpoints",
+			Help: "Forged endpoints the audit has confirmed for a node and remembers (a slice of the node that repeats one is deleted at once), by node; the series goes once they expire.",
+		}, []string{"node"}),
 		ports: map[types.NamespacedName][]string{},
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{
 		m.Reconciles, m.ReconcileDuration, m.Errors, m.Conflicts, m.Adoptions,
 		m.GarbageCollectedSlices, m.ServiceWrites, m.BuiltinSlicesDeleted, m.StatusWrites, m.PortReadyEndpoints, m.PortEndpoints,
-		m.AuditedSlices, m.ForgedSlices,
+		m.AuditedSlices, m.ForgedSlices, m.NodeForgeries,
 	} {
 		errs = append(errs, reg.Register(c))
 	}
@@ -165,6 +172,15 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	m.Liveness = lm
 	return m, nil
+}
+
+// SetNodeForgeries sets the confirmed forgeries remembered for node (0 deletes its series).
+func (m *Metrics) SetNodeForgeries(node string, n int) {
+	if n == 0 {
+		m.NodeForgeries.DeleteLabelValues(node)
+		return
+	}
+	m.NodeForgeries.WithLabelValues(node).Set(float64(n))
 }
 
 // PortLabels are the labels of the per-port endpoint gauges.

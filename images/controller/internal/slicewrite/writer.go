@@ -74,10 +74,12 @@ func (w *Writer) DeleteGarbage(ctx context.Context, s *discoveryv1.EndpointSlice
 	})
 }
 
-// DeleteForged deletes a slice the audit found forged, exactly as it was audited (SameVersion:
-// a slice rewritten since is audited again), counted in swh_controller_forged_endpointslices_total.
-func (w *Writer) DeleteForged(ctx context.Context, s *discoveryv1.EndpointSlice) (bool, error) {
-	return w.deleteCounted(ctx, s, SameVersion, metrics.OpDeleteSlice, func(m *metrics.Metrics) prometheus.Counter {
+// DeleteForged deletes a slice the audit found forged under p: SameVersion exactly as it was
+// audited; SameObject once the audit has read the latest version again after a conflict and
+// found it still forged (a forger rewriting the slice does not outrun the delete). Counted in
+// swh_controller_forged_endpointslices_total.
+func (w *Writer) DeleteForged(ctx context.Context, s *discoveryv1.EndpointSlice, p Precondition) (bool, error) {
+	return w.deleteCounted(ctx, s, p, metrics.OpDeleteSlice, func(m *metrics.Metrics) prometheus.Counter {
 		return m.ForgedSlices
 	})
 }

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"strings"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 )
 
@@ -30,6 +32,29 @@ type NodeBudget struct {
 	// Asked is how many targets (pod × probe) the resource has on the node, Allowed how many
 	// are probed.
 	Asked, Allowed int
+}
+
+// FromNodesWithPods keeps the reports of the nodes where the resource has pods: a node with an
+// endpoint in sliceList (the resource's slices as the audit verified them, so an endpoint
+// naming no real Pod of the node does not count). A node's budget note about a resource it has
+// no pod of is not believed: it would set ProbeBudgetExceeded on any resource of any namespace.
+func FromNodesWithPods(over []NodeBudget, sliceList []discoveryv1.EndpointSlice) []NodeBudget {
+	if len(over) == 0 {
+		return nil
+	}
+	has := map[string]bool{}
+	for i := range sliceList {
+		if len(sliceList[i].Endpoints) > 0 {
+			has[slicemeta.NodeOf(&sliceList[i])] = true
+		}
+	}
+	var out []NodeBudget
+	for _, nb := range over {
+		if has[nb.Node] {
+			out = append(out, nb)
+		}
+	}
+	return out
 }
 
 // probeBudget is the ProbeBudgetExceeded condition, or nil when it is to be left out: nothing

@@ -8,8 +8,10 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 )
 
@@ -54,6 +56,37 @@ func TestProbeBudgetCondition(t *testing.T) {
 					assert.NotContains(t, c.Message, s)
 				}
 			}
+		})
+	}
+}
+
+// TestBudgetNotesOnlyFromNodesWithPods: a node's budget note counts only for a resource with an
+// endpoint on that node (verified by the audit before the status sees it); a note about a
+// resource the node has no pod of, or only an emptied slice, is not believed.
+func TestBudgetNotesOnlyFromNodesWithPods(t *testing.T) {
+	onNode := func(node string, endpoints int) discoveryv1.EndpointSlice {
+		s := discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Labels: slicemeta.SliceKey{Resource: "r", Node: node}.Labels()}}
+		s.Endpoints = make([]discoveryv1.Endpoint, endpoints)
+		return s
+	}
+	over := []NodeBudget{{Node: "a", Budget: 10}, {Node: "b", Budget: 10}, {Node: "c", Budget: 10}}
+	tests := map[string]struct {
+		slices []discoveryv1.EndpointSlice
+		want   []string
+	}{
+		"no slices: no note believed":         {nil, nil},
+		"a node with pods":                    {[]discoveryv1.EndpointSlice{onNode("b", 1)}, []string{"b"}},
+		"an empty slice is no pod":            {[]discoveryv1.EndpointSlice{onNode("a", 0), onNode("c", 2)}, []string{"c"}},
+		"every node with pods, in the order":  {[]discoveryv1.EndpointSlice{onNode("c", 1), onNode("a", 1)}, []string{"a", "c"}},
+		"a node that made no note adds none:": {[]discoveryv1.EndpointSlice{onNode("z", 1)}, nil},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var got []string
+			for _, nb := range FromNodesWithPods(over, tc.slices) {
+				got = append(got, nb.Node)
+			}
+			assert.Equal(t, tc.want, got)
 		})
 	}
 }

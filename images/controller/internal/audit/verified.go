@@ -1,0 +1,124 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package audit
+
+import (
+	"hash/maphash"
+	"sync"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Verified holds, per slice, the endpoints its last audit found to be real Pods of the slice's
+// node (every check of Decide passed), so that the status counts and lists only those
+// (development/CONTROLLER.md, "Status"): a node that publishes endpoints naming Pods that do not
+// exist, ready or not, cannot fill a resource's notReady list or its counts with them. An
+// endpoint is held as a 64-bit hash of what it says of its Pod (name, UID, first address) under
+// a seed of this process, so a forger cannot aim at a collision, and an entry costs a few tens
+// of bytes whatever the names. It is safe for concurrent use; a nil *Verified verifies
+// everything (the audit is off).
+type Verified struct {
+	seed maphash.Seed
+	mu   sync.RWMutex
+	m    map[types.NamespacedName]verifiedSlice
+}
+
+// verifiedSlice is one slice's record: the resourceVersion audited and its verified endpoints.
+type verifiedSlice struct {
+	uid types.UID
+	rv  string
+	ok  map[uint64]struct{}
+}
+
+// idOf is the hash of what endpoint e says of its Pod: name, UID and first address.
+func (v *Verified) idOf(e *discoveryv1.Endpoint) (uint64, bool) {
+	if e.TargetRef == nil || len(e.Addresses) == 0 {
+		return 0, false
+	}
+	var h maphash.Hash
+	h.SetSeed(v.seed)
+	for _, part := range []string{e.TargetRef.Name, string(e.TargetRef.UID), e.Addresses[0]} {
+		_, _ = h.WriteString(part)
+		_ = h.WriteByte(0)
+	}
+	return h.Sum64(), true
+}
+
+// NewVerified returns an empty record.
+func NewVerified() *Verified {
+	return &Verified{seed: maphash.MakeSeed(), m: map[types.NamespacedName]verifiedSlice{}}
+}
+
+// record sets what the audit of slice s (input in) verified: each endpoint check passes.
+func (v *Verified) record(s *discoveryv1.EndpointSlice, in Input) {
+	if v == nil {
+		return
+	}
+	ok := make(map[uint64]struct{}, len(in.Endpoints))
+	for i := range in.Endpoints {
+		e := &in.Endpoints[i]
+		if id, has := v.idOf(e); has && check(in, e) == "" {
+			ok[id] = struct{}{}
+		}
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.m[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}] = verifiedSlice{uid: s.UID, rv: s.ResourceVersion, ok: ok}
+}
+
+func (v *Verified) forget(name types.NamespacedName) {
+	if v == nil {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	delete(v.m, name)
+}
+
+// Filter returns the slices with only their endpoints that the audit verified (copies where
+// an endpoint is left out; the input is untouched), and pending true when a slice has a version
+// the audit has not judged yet (the audit is on its way: the caller looks again shortly). An
+// endpoint verified at an earlier version of its slice stays verified at a later one that says
+// the same of it (a probe flipping its readiness is counted at once). With keepUnjudged a slice
+// at a version not judged yet is kept whole (the caller has waited long enough: what the audit
+// has not judged counts as before it, what it found false does not).
+func (v *Verified) Filter(in []discoveryv1.EndpointSlice, keepUnjudged bool) (out []discoveryv1.EndpointSlice, pending bool) {
+	if v == nil {
+		return in, false
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	out = make([]discoveryv1.EndpointSlice, 0, len(in))
+	for i := range in {
+		s := &in[i]
+		rec, ok := v.m[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}]
+		if !ok || rec.uid != s.UID {
+			rec = verifiedSlice{}
+		}
+		if rec.rv != s.ResourceVersion && len(s.Endpoints) > 0 {
+			pending = true
+			if keepUnjudged {
+				out = append(out, *s)
+				continue
+			}
+		}
+		keep := make([]discoveryv1.Endpoint, 0, len(s.Endpoints))
+		for j := range s.Endpoints {
+			if id, has := v.idOf(&s.Endpoints[j]); has {
+				if _, yes := rec.ok[id]; yes {
+					keep = append(keep, s.Endpoints[j])
+				}
+			}
+		}
+		if len(keep) == len(s.Endpoints) {
+			out = append(out, *s)
+			continue
+		}
+		c := *s
+		c.Endpoints = keep
+		out = append(out, c)
+	}
+	return out, pending
+}

@@ -1,0 +1,60 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package audit
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// TestVerifiedFilter: the status sees only endpoints the audit verified; a slice version not
+// judged yet is pending (kept whole only once the caller has waited); an endpoint verified at
+// an earlier version counts at a later one that says the same of it (a readiness flip).
+func TestVerifiedFilter(t *testing.T) {
+	web := pod("web-1", "uid-1", "node-a", "10.0.0.5", map[string]string{"app": "web"})
+	s := discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", UID: "s1", ResourceVersion: "1"},
+		Endpoints:  []discoveryv1.Endpoint{ep("10.0.0.5", "web-1", "uid-1"), ep("10.9.9.9", "ghost", "g")},
+	}
+	in := Input{Namespace: "ns", Node: "node-a", Selector: map[string]string{"app": "web"}, Endpoints: s.Endpoints,
+		Pods: map[string]*corev1.Pod{"web-1": web}, WholeSlice: true}
+
+	v := NewVerified()
+	out, pending := v.Filter([]discoveryv1.EndpointSlice{s}, false)
+	assert.True(t, pending, "not judged yet")
+	assert.Empty(t, out[0].Endpoints)
+	out, _ = v.Filter([]discoveryv1.EndpointSlice{s}, true)
+	assert.Len(t, out[0].Endpoints, 2, "kept whole once the caller has waited")
+
+	v.record(&s, in)
+	out, pending = v.Filter([]discoveryv1.EndpointSlice{s}, false)
+	assert.False(t, pending)
+	if assert.Len(t, out[0].Endpoints, 1) {
+		assert.Equal(t, "web-1", out[0].Endpoints[0].TargetRef.Name)
+	}
+	assert.Len(t, s.Endpoints, 2, "the input is untouched")
+
+	flipped := *s.DeepCopy()
+	flipped.ResourceVersion = "2"
+	flipped.Endpoints[0].Conditions.Ready = ptr.To(false)
+	out, pending = v.Filter([]discoveryv1.EndpointSlice{flipped}, false)
+	assert.True(t, pending, "a new version is to be judged")
+	assert.Len(t, out[0].Endpoints, 1, "but the endpoint verified before still counts")
+
+	replaced := s
+	replaced.UID = "s2"
+	replaced.ResourceVersion = "1"
+	out, _ = v.Filter([]discoveryv1.EndpointSlice{replaced}, false)
+	assert.Empty(t, out[0].Endpoints, "another object of the same name is judged afresh")
+
+	var off *Verified
+	out, pending = off.Filter([]discoveryv1.EndpointSlice{s}, false)
+	assert.False(t, pending)
+	assert.Len(t, out[0].Endpoints, 2, "the audit off: everything counts")
+}
