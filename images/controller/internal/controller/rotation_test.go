@@ -121,8 +121,9 @@ func (b *honestBed) kept(t *testing.T) {
 }
 
 // forgedSlice writes, as node b.node's agent would, a slice of resource web with the given
-// endpoints under the name its agent gives chunk k of port http: a name no agent of the node
-// gives is garbage (gc.NameNotItsNode) before the audit sees it.
+// endpoints under the name its agent gives chunk k of port http (k above the honest bed's
+// chunks): a name no agent of the node gives is garbage (gc.NameNotItsNode) before the audit
+// sees it.
 func (b *honestBed) forgedSlice(t *testing.T, k int, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
 	t.Helper()
 	return slice(t, b.ns, "web", b.swh.UID, "http", b.node, chunkNamed("http", b.node, k), withEndpoints(eps...))
@@ -203,11 +204,11 @@ func TestRotatedForgeryIsConfirmedAndItsRepeatsAreDeletedAtOnce(t *testing.T) {
 	w := audit.DefaultWindow
 
 	// Rotation: the same forged endpoint under a second name before the window closes.
-	x1 := b.forgedSlice(t, 1, forged)
+	x1 := b.forgedSlice(t, 11, forged)
 	log.audited(t, x1, "the first name is audited")
 	clock.advance(w * 6 / 10)
 	require.NoError(t, env.Client.Delete(t.Context(), x1))
-	x2 := b.forgedSlice(t, 2, forged)
+	x2 := b.forgedSlice(t, 12, forged)
 	log.audited(t, x2, "the second name is audited")
 	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(x2), x2), "the window has not passed yet")
 	clock.advance(w * 6 / 10) // 1.2 windows since the endpoint first appeared, 0.6 since x2 did.
@@ -220,22 +221,22 @@ func TestRotatedForgeryIsConfirmedAndItsRepeatsAreDeletedAtOnce(t *testing.T) {
 	assert.Equal(t, float64(1), testutil.ToFloat64(run.metrics.NodeForgeries.WithLabelValues(b.node)), "the node's gauge counts the forgery")
 
 	// The clock stands still from here: only a remembered forgery can be deleted.
-	x3 := b.forgedSlice(t, 3, forged)
+	x3 := b.forgedSlice(t, 13, forged)
 	gone(t, x3, "a repeat under a third name is deleted at once")
 	sameAddr := endpointOf(b.web2, "10.9.9.9", b.node) // The same address under another Pod.
-	x4 := b.forgedSlice(t, 4, endpointOf(b.web1, "10.5.0.1", b.node), sameAddr)
+	x4 := b.forgedSlice(t, 14, endpointOf(b.web1, "10.5.0.1", b.node), sameAddr)
 	gone(t, x4, "the same forged address under another Pod is deleted at once")
 	assert.Equal(t, float64(3), testutil.ToFloat64(run.metrics.ForgedSlices))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.NotEmpty(c, nodeEvents(t, b.node, "DeleteRepeatedForgery"), "the repeats are reported on the Node")
 	}, wait, tick)
-	fresh := b.forgedSlice(t, 5, endpointOf(b.web1, "10.9.9.10", b.node))
+	fresh := b.forgedSlice(t, 15, endpointOf(b.web1, "10.9.9.10", b.node))
 	log.audited(t, fresh, "a fresh forgery is audited")
 
 	// Two names alternating, with another address: y1, y2, y1 again (a new object).
 	other := endpointOf(b.web1, "10.9.9.11", b.node)
 	var y *discoveryv1.EndpointSlice
-	for i, k := range []int{6, 7, 6} {
+	for i, k := range []int{16, 17, 16} {
 		if y != nil {
 			require.NoError(t, env.Client.Delete(t.Context(), y))
 		}
@@ -306,7 +307,7 @@ func TestChurnedForgeryIsDeletedThoughItIsRewrittenAllTheTime(t *testing.T) {
 		o.auditReader = func(r client.Reader) client.Reader { stale.Reader = r; return stale }
 	})
 	b := newHonestBed(t, ns)
-	churned := b.forgedSlice(t, 8, endpointOf(b.web1, "10.5.0.1", b.node), endpointOf(b.web1, "10.9.9.9", b.node))
+	churned := b.forgedSlice(t, 18, endpointOf(b.web1, "10.5.0.1", b.node), endpointOf(b.web1, "10.9.9.9", b.node))
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	writes := make(chan int, 1)
