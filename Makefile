@@ -89,6 +89,13 @@ test-nodes: deps ## Run the end-to-end scenarios on real nodes (a kubelet and co
 	@cd tests && CGO_ENABLED=0 GOFLAGS="$${GOFLAGS:+$$GOFLAGS }-trimpath" SWH_REAL_NODES=1 go test $(GO_TEST_FLAGS) -run RealNode ./e2e/realnode/
 	@cd testkit && CGO_ENABLED=0 GOFLAGS="$${GOFLAGS:+$$GOFLAGS }-trimpath" SWH_REAL_NODES=1 go test $(GO_TEST_FLAGS) -run RealNode ./cmd/swh-run/
 
+.PHONY: test-cilium
+test-cilium: ## Run the scenarios whose dataplane is a real cilium-agent (kube-proxy replacement; go test -run Cilium in testkit/cluster and tests/); builds the cilium tool group first (about half an hour the first time).
+	@hack/deps.sh --cilium
+	@tools/build.sh kube cilium
+	@cd testkit && CGO_ENABLED=0 GOFLAGS="$${GOFLAGS:+$$GOFLAGS }-trimpath" SWH_CILIUM=1 go test $(GO_TEST_FLAGS) -run Cilium ./cluster/
+	@cd tests && CGO_ENABLED=0 GOFLAGS="$${GOFLAGS:+$$GOFLAGS }-trimpath" SWH_CILIUM=1 go test $(GO_TEST_FLAGS) -run Cilium ./...
+
 .PHONY: test-race
 test-race: deps test-tools ## Run the agent's, the controller's and testkit's tests with -race and the informer-cache mutation detector (hack/test-race.sh); PKGS="./x/..." picks packages.
 	@hack/test-race.sh $(PKGS)

@@ -3,9 +3,24 @@
 # SPDX-License-Identifier: Apache-2.0
 # Installs the Debian packages the tests need, when they are missing and we are root.
 # Without root it prints the exact command to run and fails.
+#
+#   hack/deps.sh            the packages of `make test`
+#   hack/deps.sh --cilium   and clang-19 (`make test-cilium`: cilium-agent compiles its BPF
+#                           datapath at run time and Cilium 1.20 wants clang >= 18.1; Debian 12's
+#                           clang-16 is too old for it, its clang-19 is not)
 set -euo pipefail
 
+cilium=false
+case "${1:-}" in
+--cilium) cilium=true ;;
+"") ;;
+*) echo "deps: unknown argument $1 (want --cilium or nothing)" >&2; exit 2 ;;
+esac
+
 missing=()
+if $cilium; then
+	command -v clang-19 >/dev/null 2>&1 || missing+=(clang-19)
+fi
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v nft >/dev/null 2>&1 || missing+=(nftables)
 [[ -x /usr/lib/postgresql/15/bin/postgres && -x /usr/lib/postgresql/15/bin/initdb ]] || missing+=(postgresql-15)

@@ -1,0 +1,390 @@
+// Copyright The service-with-healthchecks Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
+	"github.com/deckhouse/service-with-healthchecks/testkit/process"
+)
+
+// CiliumEnv turns the Cilium dataplane on: `make test-cilium` sets it to 1. A cluster with
+// Options.Cilium needs the cilium tool group (tools/build.sh cilium, about half an hour on a
+// fresh machine) and clang >= 18.1 (hack/deps.sh --cilium), so `make test` leaves it out.
+const CiliumEnv = "SWH_CILIUM"
+
+// CiliumEnabled reports whether CiliumEnv is 1.
+func CiliumEnabled() bool { return os.Getenv(CiliumEnv) == "1" }
+
+// ciliumModule is the module whose cilium-agent tools/cilium builds; its bpf/ folder holds the
+// datapath's C sources, which the agent compiles at run time.
+const ciliumModule = "github.com/cilium/cilium"
+
+// ciliumClangs are the compilers tried, newest first: Cilium 1.20 wants clang >= 18.1
+// (Documentation/operations/system_requirements.rst); Debian 12 has clang-19.
+var ciliumClangs = []string{"clang-19", "clang-20", "clang-21", "clang-22", "clang-18"}
+
+// ciliumNativeRoutingCIDR is every address of the bed (pods, nodes, the cluster namespace,
+// ClusterIPs: 198.18.0.0/15): Cilium routes it natively and masquerades nothing.
+const ciliumNativeRoutingCIDR = "198.18.0.0/15"
+
+// ciliumPodCIDR is the Node's spec.podCIDR the agent's IPAM (ipam=kubernetes) takes the router
+// address of its cilium_host link from: the i-th node gets 198.19.(2+i).0/24, a range no pod of
+// the harness (198.18.0.0/16) or node (198.19.1.0/24) uses, so the router address collides with
+// nothing. The harness's pods are not Cilium endpoints; their addresses come from PodCIDR.
+func ciliumPodCIDR(i int) string { return fmt.Sprintf("198.19.%d.0/24", 2+i) }
+
+// ciliumAgentScript runs as `sh -c` inside the agent's own mount namespace (unshare --mount,
+// private propagation): a bpffs of its own on /sys/fs/bpf (so nothing is pinned outside, and
+// the pins go with the namespace), /proc/sys/kernel read-only (the agent would otherwise set
+// kernel.unprivileged_bpf_disabled and kernel.timer_migration, which are the machine's, not the
+// namespace's; it ignores the refusal), then the agent.
+const ciliumAgentScript = `set -eu
+mount -t bpf bpf /sys/fs/bpf
+mount --bind /proc/sys/kernel /proc/sys/kernel
+mount -o remount,bind,ro /proc/sys/kernel
+exec "$@"`
+
+// ciliumAgent is a running cilium-agent acting as the first node's kube-proxy replacement in
+// the cluster namespace.
+type ciliumAgent struct {
+	proc   *process.Process
+	dir    string
+	dbg    string
+	socket string
+	// cgroupRoot is a cgroup2 mount of the whole hierarchy in this process's mount namespace;
+	// cgroup the sub-cgroup (under it) that holds this process and that the agent attaches its
+	// socket load balancer to; cgroupMount its bind mount the agent gets as --cgroup-root.
+	cgroupRoot, cgroup, cgroupMount string
+}
+
+// ciliumAssets finds the agent and cilium-dbg (building the tool group when needed) and the
+// module's folder (its bpf/ sources and CRDs).
+func ciliumAssets() (bin, module string, err error) {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return "", "", err
+	}
+	script := filepath.Join(root, "tools", "build.sh")
+	if out, err := exec.Command(script, "cilium").CombinedOutput(); err != nil {
+		return "", "", fmt.Errorf("tools/build.sh cilium: %w: %s", err, bytes.TrimSpace(out))
+	}
+	out, err := exec.Command(script, "--dir", "cilium").Output()
+	if err != nil {
+		return "", "", fmt.Errorf("tools/build.sh --dir cilium: %w", err)
+	}
+	bin = strings.TrimSpace(string(out))
+	list := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", ciliumModule)
+	list.Dir = filepath.Join(root, "tools", "cilium")
+	list.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	out, err = list.Output()
+	if err != nil {
+		return "", "", fmt.Errorf("finding %s in the module cache (go list -m in tools/cilium): %w", ciliumModule, err)
+	}
+	module = strings.TrimSpace(string(out))
+	if _, err := os.Stat(filepath.Join(module, "bpf", "bpf_sock.c")); err != nil {
+		return "", "", fmt.Errorf("cilium's datapath sources are missing: %w", err)
+	}
+	return bin, module, nil
+}
+
+// ciliumCRDPaths are the folders of the CRDs cilium-agent waits for.
+func ciliumCRDPaths(module string) []string {
+	base := filepath.Join(module, "pkg", "k8s", "apis", "cilium.io", "client", "crds")
+	return []string{filepath.Join(base, "v2"), filepath.Join(base, "v2alpha1")}
+}
+
+// findClang returns a clang new enough for Cilium's datapath.
+func findClang() (string, error) {
+	for _, name := range ciliumClangs {
+		if p, err := exec.LookPath(name); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("no clang >= 18.1 found (tried %v): Cilium compiles its datapath with it; run `hack/deps.sh --cilium` (Debian 12: clang-19)", ciliumClangs)
+}
+
+// startCilium starts cilium-agent in the cluster namespace as node's datapath (kube-proxy
+// replacement with the socket load balancer confined to a cgroup of this test binary) and
+// waits until its API answers and its status is OK.
+func startCilium(ctx context.Context, env *controlplane.Env, node NodeInfo, module, bin string, out io.Writer) (ca *ciliumAgent, err error) {
+	clang, err := findClang()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := tempDirs.make("swh-cilium-")
+	if err != nil {
+		return nil, err
+	}
+	ca = &ciliumAgent{dir: dir, dbg: filepath.Join(bin, "cilium-dbg"), socket: filepath.Join(dir, "run", "cilium.sock")}
+	defer func() {
+		if err != nil && ca.proc == nil {
+			_ = ca.stop()
+			ca = nil
+		}
+	}()
+	for _, d := range []string{"run", "state", "lib", "path", "cgroup", "cgroup2"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return ca, fmt.Errorf("creating cilium's folders: %w", err)
+		}
+	}
+	// lib-dir/bpf is where the agent reads the datapath's sources from; it compiles into
+	// state-dir, so the read-only module cache serves.
+	if err := os.Symlink(filepath.Join(module, "bpf"), filepath.Join(dir, "lib", "bpf")); err != nil {
+		return ca, fmt.Errorf("linking cilium's datapath sources: %w", err)
+	}
+	if err := os.Symlink(clang, filepath.Join(dir, "path", "clang")); err != nil {
+		return ca, fmt.Errorf("linking clang: %w", err)
+	}
+	if err := ca.confineSocketLB(); err != nil {
+		return ca, err
+	}
+	kubeconfig, err := env.WriteKubeConfig(dir)
+	if err != nil {
+		return ca, err
+	}
+	args := append([]string{"--mount", "--propagation", "private", "--", "sh", "-c", ciliumAgentScript, "sh",
+		filepath.Join(bin, "cilium-agent")}, ciliumAgentArgs(dir, kubeconfig, node)...)
+	cmd := exec.Command("unshare", args...)
+	cmd.Env = append(os.Environ(),
+		"PATH="+filepath.Join(dir, "path")+":"+os.Getenv("PATH"),
+		"K8S_NODE_NAME="+node.Name,
+		"CILIUM_K8S_NAMESPACE=kube-system",
+	)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	opts := process.Options{Grace: 10 * time.Second, Group: true}
+	if out == nil && os.Getenv("SWH_TEST_CILIUM_OUTPUT") == "1" {
+		out = os.Stderr
+	}
+	if out != nil {
+		cmd.Stdout, cmd.Stderr = out, out
+	} else {
+		opts.LogFile = filepath.Join(dir, "cilium-agent.log")
+	}
+	if ca.proc, err = process.Start("cilium-agent", cmd, opts); err != nil {
+		return ca, err
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if err := ca.waitReady(waitCtx); err != nil {
+		return ca, fmt.Errorf("cilium-agent is not ready: %w; its log ends with:\n%s", err, ca.log(8000))
+	}
+	return ca, nil
+}
+
+// ciliumAgentArgs is the smallest configuration that is still what a Deckhouse cluster with
+// cni-cilium runs: kube-proxy replacement (socket LB, node ports, health check node ports),
+// native routing, IPAM from the Node's podCIDR, no Hubble, no Envoy or L7 proxy, no policy
+// enforcement, no iptables rules or masquerading, only the gateway link as its device.
+func ciliumAgentArgs(dir, kubeconfig string, node NodeInfo) []string {
+	return []string{
+		"--k8s-kubeconfig-path=" + kubeconfig,
+		"--kube-proxy-replacement=true",
+		"--bpf-lb-sock=true",
+		"--routing-mode=native",
+		"--ipv4-native-routing-cidr=" + ciliumNativeRoutingCIDR,
+		"--ipam=kubernetes",
+		"--enable-ipv4=true",
+		"--enable-ipv6=false",
+		"--devices=" + gatewayLink,
+		"--direct-routing-device=" + gatewayLink,
+		"--enable-ipv4-masquerade=false",
+		"--enable-bpf-masquerade=false",
+		"--install-iptables-rules=false",
+		"--enable-l7-proxy=false",
+		"--enable-envoy-config=false",
+		"--enable-hubble=false",
+		"--enable-policy=never",
+		"--enable-k8s-networkpolicy=false",
+		"--enable-health-checking=false",
+		"--enable-endpoint-health-checking=false",
+		"--identity-allocation-mode=crd",
+		"--cni-exclusive=false",
+		"--enable-gops=false",
+		"--state-dir=" + filepath.Join(dir, "state"),
+		"--lib-dir=" + filepath.Join(dir, "lib"),
+		"--socket-path=" + filepath.Join(dir, "run", "cilium.sock"),
+		"--bpf-root=/sys/fs/bpf",
+		"--cgroup-root=" + filepath.Join(dir, "cgroup"),
+		"--k8s-require-ipv4-pod-cidr=true",
+	}
+}
+
+// confineSocketLB makes the cgroup the socket load balancer attaches to: a cgroup2 mount of the
+// hierarchy in this process's (private) mount namespace, a new sub-cgroup under its root, this
+// test process moved into it (the traffic client runs here), and a bind mount of the
+// sub-cgroup as the agent's --cgroup-root. Cilium's socket programs then see only the sockets
+// of this test binary's processes, never the machine's.
+func (ca *ciliumAgent) confineSocketLB() error {
+	root := filepath.Join(ca.dir, "cgroup2")
+	if err := unix.Mount("none", root, "cgroup2", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mounting cgroup2 at %s: %w", root, err)
+	}
+	ca.cgroupRoot = root
+	sub, err := os.MkdirTemp(root, "swh-cilium-")
+	if err != nil {
+		return fmt.Errorf("creating a cgroup for cilium's socket load balancer: %w", err)
+	}
+	ca.cgroup = sub
+	if err := os.WriteFile(filepath.Join(sub, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		return fmt.Errorf("moving the test process into cgroup %s: %w", sub, err)
+	}
+	mnt := filepath.Join(ca.dir, "cgroup")
+	if err := unix.Mount(sub, mnt, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind-mounting cgroup %s on %s: %w", sub, mnt, err)
+	}
+	ca.cgroupMount = mnt
+	return nil
+}
+
+// releaseCgroup moves every process of the sub-cgroup back to the root, removes it and
+// unmounts what confineSocketLB mounted.
+func (ca *ciliumAgent) releaseCgroup() error {
+	var errs []error
+	if ca.cgroupMount != "" {
+		if err := unix.Unmount(ca.cgroupMount, unix.MNT_DETACH); err != nil {
+			errs = append(errs, fmt.Errorf("unmounting %s: %w", ca.cgroupMount, err))
+		}
+		ca.cgroupMount = ""
+	}
+	if ca.cgroup != "" {
+		procs, err := os.ReadFile(filepath.Join(ca.cgroup, "cgroup.procs"))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("reading the processes of %s: %w", ca.cgroup, err))
+		}
+		for _, pid := range strings.Fields(string(procs)) {
+			err := os.WriteFile(filepath.Join(ca.cgroupRoot, "cgroup.procs"), []byte(pid), 0o644)
+			if err != nil && !errors.Is(err, unix.ESRCH) {
+				errs = append(errs, fmt.Errorf("moving process %s out of %s: %w", pid, ca.cgroup, err))
+			}
+		}
+		if err := removeCgroup(ca.cgroup); err != nil {
+			errs = append(errs, err)
+		} else {
+			ca.cgroup = ""
+		}
+	}
+	if ca.cgroupRoot != "" {
+		if err := unix.Unmount(ca.cgroupRoot, unix.MNT_DETACH); err != nil {
+			errs = append(errs, fmt.Errorf("unmounting %s: %w", ca.cgroupRoot, err))
+		}
+		ca.cgroupRoot = ""
+	}
+	return errors.Join(errs...)
+}
+
+// removeCgroup removes an empty cgroup; a process that is still exiting keeps it busy for a
+// moment, so it retries for a few seconds.
+func removeCgroup(path string) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := unix.Rmdir(path)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			return fmt.Errorf("removing cgroup %s: %w", path, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitReady polls `cilium-dbg status --brief` over the agent's socket until it says OK.
+func (ca *ciliumAgent) waitReady(ctx context.Context) error {
+	var last string
+	for {
+		if ca.proc.Exited() {
+			return fmt.Errorf("cilium-agent exited: %s", ca.proc.ExitText())
+		}
+		out, err := exec.CommandContext(ctx, ca.dbg, "-H", "unix://"+ca.socket, "status", "--brief").CombinedOutput()
+		last = strings.TrimSpace(string(out))
+		if err == nil && last == "OK" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last status: %s)", ctx.Err(), last)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// dbgInAgent runs cilium-dbg inside the agent's mount namespace, where its bpffs is.
+func (ca *ciliumAgent) dbgInAgent(ctx context.Context, args ...string) ([]byte, error) {
+	full := append([]string{"--mount=/proc/" + strconv.Itoa(ca.proc.PID()) + "/ns/mnt", "--", ca.dbg}, args...)
+	out, err := exec.CommandContext(ctx, "nsenter", full...).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return nil, fmt.Errorf("cilium-dbg %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(ee.Stderr))
+		}
+		return nil, fmt.Errorf("cilium-dbg %s: %w", strings.Join(args, " "), err)
+	}
+	return out, nil
+}
+
+// log is the end of the agent's log.
+func (ca *ciliumAgent) log(limit int64) string {
+	if ca.proc != nil && ca.proc.Output(limit) != "" {
+		return ca.proc.Output(limit)
+	}
+	return process.Tail(filepath.Join(ca.dir, "cilium-agent.log"), limit)
+}
+
+// ciliumLinks are the links cilium-agent makes in its network namespace and leaves there.
+var ciliumLinks = []string{"cilium_host", "cilium_net", "cilium_vxlan", "cilium_geneve"}
+
+// stop ends the agent (SIGTERM, SIGKILL after 10 s; its bpffs and pins go with its mount
+// namespace), deletes the links it made in the cluster namespace, gives the cgroup back and
+// removes its files.
+func (ca *ciliumAgent) stop() error {
+	var errs []error
+	if ca.proc != nil {
+		_ = ca.proc.Stop()
+	}
+	links, err := linkNames("")
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, l := range links {
+		for _, c := range ciliumLinks {
+			if l == c {
+				if err := ip("link", "del", l); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
+	if err := ca.releaseCgroup(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.RemoveAll(ca.dir); err != nil {
+		errs = append(errs, fmt.Errorf("removing cilium's folder: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// installCiliumCRDs installs Cilium's CRDs into a running control plane (a cluster given Env).
+func installCiliumCRDs(env *controlplane.Env, module string) error {
+	_, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{Paths: ciliumCRDPaths(module), ErrorIfPathMissing: true})
+	if err != nil {
+		return fmt.Errorf("installing cilium's CRDs: %w", err)
+	}
+	return nil
+}
