@@ -52,11 +52,14 @@ func ciliumPodCIDR(i int) string { return fmt.Sprintf("198.19.%d.0/24", 2+i) }
 
 // ciliumAgentScript runs as `sh -c` inside the agent's own mount namespace (unshare --mount,
 // private propagation): a bpffs of its own on /sys/fs/bpf (so nothing is pinned outside, and
-// the pins go with the namespace), /proc/sys/kernel read-only (the agent would otherwise set
-// kernel.unprivileged_bpf_disabled and kernel.timer_migration, which are the machine's, not the
-// namespace's; it ignores the refusal), then the agent.
+// the pins go with the namespace), an empty tmpfs on /run (the agent's other sockets and state
+// default to /run/cilium: none of it may land on the machine's /run), /proc/sys/kernel
+// read-only (the agent would otherwise set kernel.unprivileged_bpf_disabled and
+// kernel.timer_migration, which are the machine's, not the namespace's; it ignores the
+// refusal), then the agent.
 const ciliumAgentScript = `set -eu
 mount -t bpf bpf /sys/fs/bpf
+mount -t tmpfs -o mode=0755,size=64m tmpfs /run
 mount --bind /proc/sys/kernel /proc/sys/kernel
 mount -o remount,bind,ro /proc/sys/kernel
 exec "$@"`

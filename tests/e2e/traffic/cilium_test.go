@@ -27,3 +27,9 @@ func TestCiliumDrainAnnotationLosesNoRequestAndKeepsConnections(t *testing.T) {
 func TestCiliumAPodReplacedWithAGracefulDrainLosesNoRequest(t *testing.T) {
 	gracefulReplacementLosesNoRequest(t, ciliumStack(t))
 }
+
+// TestCiliumRestartsAndALeaderChangeChangeNothingForTraffic: agent restarts, a leader change
+// and a rolling replacement of every agent flap nothing in Cilium's maps and fail no request.
+func TestCiliumRestartsAndALeaderChangeChangeNothingForTraffic(t *testing.T) {
+	restartsChangeNothingForTraffic(t, ciliumStack(t))
+}
