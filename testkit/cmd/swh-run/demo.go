@@ -69,6 +69,9 @@ type Config struct {
 	// Nodes is "namespace" (default: pods are network namespaces the harness makes) or "real"
 	// (real kubelet nodes, testkit/realnode; IPv4 only): see real.go.
 	Nodes string
+	// Dataplane is "kube-proxy" (default) or "cilium": a real cilium-agent as the kube-proxy
+	// replacement (cluster.Options.Cilium; IPv4 only, namespace nodes only).
+	Dataplane string
 	// Out receives the view and the progress lines.
 	Out io.Writer
 	// OnView, when set, receives every rendered view (tests).
@@ -181,8 +184,12 @@ func (d *demo) up(ctx context.Context) error {
 	if d.cfg.Nodes == nodesReal {
 		return d.upReal(ctx)
 	}
-	d.progress("building the controller and the agent, starting the API server, etcd, kube-proxy, 2 controllers and an agent per node (about a minute)")
-	s, err := stack.New(ctx, stack.Options{LogDir: filepath.Join(d.runDir, "logs"), DualStack: d.cfg.DualStack})
+	dataplane := d.cfg.Dataplane
+	if dataplane == "" {
+		dataplane = dataplaneKubeProxy
+	}
+	d.progress("building the controller and the agent, starting the API server, etcd, %s, 2 controllers and an agent per node (about a minute)", dataplane)
+	s, err := stack.New(ctx, stack.Options{LogDir: filepath.Join(d.runDir, "logs"), DualStack: d.cfg.DualStack, Cilium: d.cfg.Dataplane == dataplaneCilium})
 	if err != nil {
 		return fmt.Errorf("starting the stack: %w", err)
 	}
