@@ -6,12 +6,14 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -64,9 +66,24 @@ mount --bind /proc/sys/kernel /proc/sys/kernel
 mount -o remount,bind,ro /proc/sys/kernel
 exec "$@"`
 
-// ciliumAgent is a running cilium-agent acting as the first node's kube-proxy replacement in
-// the cluster namespace.
+// ciliumPlace is where an agent runs: the cluster namespace (the first node's datapath, with
+// the socket load balancer for the test binary's own sockets) or a node's own namespace
+// (Options.NodeKubeProxies: node ports and health check node ports on the node's device).
+type ciliumPlace struct {
+	// netns is the node's network namespace path; "" is the cluster namespace.
+	netns string
+	// device is the agent's main device (--devices, --direct-routing-device).
+	device string
+	// moreDevices are further --devices patterns.
+	moreDevices []string
+	// socketLB attaches the socket load balancer to a sub-cgroup holding this test process;
+	// without, the sub-cgroup stays empty and the agent runs with --bpf-lb-sock=false.
+	socketLB bool
+}
+
+// ciliumAgent is a running cilium-agent acting as a node's kube-proxy replacement.
 type ciliumAgent struct {
+	place  ciliumPlace
 	proc   *process.Process
 	dir    string
 	dbg    string
@@ -126,16 +143,16 @@ func findClang() (string, error) {
 // startCilium starts cilium-agent in the cluster namespace as node's datapath (kube-proxy
 // replacement with the socket load balancer confined to a cgroup of this test binary) and
 // waits until its API answers and its status is OK.
-func startCilium(ctx context.Context, env *controlplane.Env, node NodeInfo, module, bin string, out io.Writer) (ca *ciliumAgent, err error) {
+func startCilium(ctx context.Context, env *controlplane.Env, node NodeInfo, place ciliumPlace, module, bin string, out io.Writer) (ca *ciliumAgent, err error) {
 	clang, err := findClang()
 	if err != nil {
 		return nil, err
 	}
-	dir, err := tempDirs.make("swh-cilium-")
+	dir, err := tempDirs.make("swh-cilium-" + node.Name + "-")
 	if err != nil {
 		return nil, err
 	}
-	ca = &ciliumAgent{dir: dir, dbg: filepath.Join(bin, "cilium-dbg"), socket: filepath.Join(dir, "run", "cilium.sock")}
+	ca = &ciliumAgent{place: place, dir: dir, dbg: filepath.Join(bin, "cilium-dbg"), socket: filepath.Join(dir, "run", "cilium.sock")}
 	defer func() {
 		if err != nil && ca.proc == nil {
 			_ = ca.stop()
@@ -163,8 +180,12 @@ func startCilium(ctx context.Context, env *controlplane.Env, node NodeInfo, modu
 		return ca, err
 	}
 	args := append([]string{"--mount", "--propagation", "private", "--", "sh", "-c", ciliumAgentScript, "sh",
-		filepath.Join(bin, "cilium-agent")}, ciliumAgentArgs(dir, kubeconfig, node)...)
+		filepath.Join(bin, "cilium-agent")}, ciliumAgentArgs(dir, kubeconfig, place)...)
 	cmd := exec.Command("unshare", args...)
+	if place.netns != "" {
+		// nsenter joins the node's network namespace and becomes unshare (same PID).
+		cmd = exec.Command("nsenter", append([]string{"--net=" + place.netns, "--", "unshare"}, args...)...)
+	}
 	cmd.Env = append(os.Environ(),
 		"PATH="+filepath.Join(dir, "path")+":"+os.Getenv("PATH"),
 		"K8S_NODE_NAME="+node.Name,
@@ -195,18 +216,18 @@ func startCilium(ctx context.Context, env *controlplane.Env, node NodeInfo, modu
 // cni-cilium runs: kube-proxy replacement (socket LB, node ports, health check node ports),
 // native routing, IPAM from the Node's podCIDR, no Hubble, no Envoy or L7 proxy, no policy
 // enforcement, no iptables rules or masquerading, only the gateway link as its device.
-func ciliumAgentArgs(dir, kubeconfig string, node NodeInfo) []string {
+func ciliumAgentArgs(dir, kubeconfig string, place ciliumPlace) []string {
 	return []string{
 		"--k8s-kubeconfig-path=" + kubeconfig,
 		"--kube-proxy-replacement=true",
-		"--bpf-lb-sock=true",
+		"--bpf-lb-sock=" + strconv.FormatBool(place.socketLB),
 		"--routing-mode=native",
 		"--ipv4-native-routing-cidr=" + ciliumNativeRoutingCIDR,
 		"--ipam=kubernetes",
 		"--enable-ipv4=true",
 		"--enable-ipv6=false",
-		"--devices=" + gatewayLink,
-		"--direct-routing-device=" + gatewayLink,
+		"--devices=" + strings.Join(append([]string{place.device}, place.moreDevices...), ","),
+		"--direct-routing-device=" + place.device,
 		"--enable-ipv4-masquerade=false",
 		"--enable-bpf-masquerade=false",
 		"--enable-l7-proxy=false",
@@ -243,8 +264,10 @@ func (ca *ciliumAgent) confineSocketLB() error {
 		return fmt.Errorf("creating a cgroup for cilium's socket load balancer: %w", err)
 	}
 	ca.cgroup = sub
-	if err := os.WriteFile(filepath.Join(sub, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-		return fmt.Errorf("moving the test process into cgroup %s: %w", sub, err)
+	if ca.place.socketLB {
+		if err := os.WriteFile(filepath.Join(sub, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			return fmt.Errorf("moving the test process into cgroup %s: %w", sub, err)
+		}
 	}
 	mnt := filepath.Join(ca.dir, "cgroup")
 	if err := unix.Mount(sub, mnt, "", unix.MS_BIND, ""); err != nil {
@@ -306,7 +329,10 @@ func removeCgroup(path string) error {
 	}
 }
 
-// waitReady polls `cilium-dbg status --brief` over the agent's socket until it says OK.
+// waitReady polls the agent over its socket until `cilium-dbg status --brief` says OK and its
+// host endpoint is "ready": the agent answers OK before its host datapath (bpf_host on the
+// devices: node ports, the reverse translation of replies) is compiled and attached, which
+// the host endpoint's first regeneration does.
 func (ca *ciliumAgent) waitReady(ctx context.Context) error {
 	var last string
 	for {
@@ -316,7 +342,11 @@ func (ca *ciliumAgent) waitReady(ctx context.Context) error {
 		out, err := exec.CommandContext(ctx, ca.dbg, "-H", "unix://"+ca.socket, "status", "--brief").CombinedOutput()
 		last = strings.TrimSpace(string(out))
 		if err == nil && last == "OK" {
-			return nil
+			var state string
+			if state, err = ca.hostEndpointState(ctx); err == nil && state == "ready" {
+				return nil
+			}
+			last = fmt.Sprintf("status OK, host endpoint %q (%v)", state, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -324,6 +354,31 @@ func (ca *ciliumAgent) waitReady(ctx context.Context) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// hostEndpointState is the state of the agent's host endpoint (label reserved:host).
+func (ca *ciliumAgent) hostEndpointState(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, ca.dbg, "-H", "unix://"+ca.socket, "endpoint", "list", "-o", "json").Output()
+	if err != nil {
+		return "", fmt.Errorf("cilium-dbg endpoint list: %w", err)
+	}
+	var eps []struct {
+		Status struct {
+			State    string `json:"state"`
+			Identity struct {
+				Labels []string `json:"labels"`
+			} `json:"identity"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal(out, &eps); err != nil {
+		return "", fmt.Errorf("parsing cilium-dbg endpoint list: %w", err)
+	}
+	for _, ep := range eps {
+		if slices.Contains(ep.Status.Identity.Labels, "reserved:host") {
+			return ep.Status.State, nil
+		}
+	}
+	return "", errors.New("no host endpoint yet")
 }
 
 // dbgInAgent runs cilium-dbg inside the agent's mount namespace, where its bpffs is.
@@ -359,9 +414,13 @@ func (ca *ciliumAgent) stop() error {
 	if ca.proc != nil {
 		_ = ca.proc.Stop()
 	}
-	links, err := linkNames("")
-	if err != nil {
-		errs = append(errs, err)
+	var links []string
+	if ca.place.netns == "" {
+		// A node's namespace goes with its links when the node is removed.
+		var err error
+		if links, err = linkNames(""); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for _, l := range links {
 		for _, c := range ciliumLinks {

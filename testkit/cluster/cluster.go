@@ -94,9 +94,11 @@ type Options struct {
 	// Cilium runs a real cilium-agent (tools/cilium) in the cluster namespace instead of
 	// kube-proxy, acting as the first node: kube-proxy replacement with its socket load
 	// balancer, which sees only this test binary's sockets (development/TEST-HARNESS.md,
-	// "Cilium"). WaitProgrammed and ProgrammedEndpoints then read Cilium's BPF maps. It
-	// excludes KubeProxy, NodeKubeProxies and DualStack; the tests that use it run when
-	// CiliumEnv is 1 (`make test-cilium`).
+	// "Cilium"). WaitProgrammed and ProgrammedEndpoints then read Cilium's BPF maps. With
+	// NodeKubeProxies every node's namespace runs its own cilium-agent instead of its
+	// kube-proxy (node ports and health check node ports on the node's eth0, no socket load
+	// balancer). It excludes KubeProxy and DualStack; the tests that use it run when CiliumEnv
+	// is 1 (`make test-cilium`).
 	Cilium bool
 	// CiliumOutput receives cilium-agent's log. Nil keeps it in a file that is printed when it
 	// fails to start, or sends it to stderr when SWH_TEST_CILIUM_OUTPUT=1.
@@ -204,8 +206,8 @@ func New(opts Options) (c *Cluster, err error) {
 	if opts.NodeKubeProxies && opts.DualStack {
 		return nil, errors.New("options DualStack and NodeKubeProxies exclude each other: the nodes' own networks are IPv4 only")
 	}
-	if opts.Cilium && (opts.KubeProxy || opts.NodeKubeProxies || opts.DualStack) {
-		return nil, errors.New("option Cilium excludes KubeProxy, NodeKubeProxies and DualStack: cilium-agent is the one datapath of the cluster namespace (IPv4)")
+	if opts.Cilium && (opts.KubeProxy || opts.DualStack) {
+		return nil, errors.New("option Cilium excludes KubeProxy and DualStack: cilium-agent is the datapath (IPv4 only)")
 	}
 	var ciliumBin, ciliumModule string
 	if opts.Cilium {
@@ -267,15 +269,20 @@ func New(opts Options) (c *Cluster, err error) {
 		c.Nodes = append(c.Nodes, info)
 	}
 	if opts.NodeKubeProxies {
-		if err := c.startNodeKubeProxies(ctx, opts.KubeProxyOutput); err != nil {
+		var cilium *ciliumBinaries
+		out := opts.KubeProxyOutput
+		if opts.Cilium {
+			cilium, out = &ciliumBinaries{bin: ciliumBin, module: ciliumModule}, opts.CiliumOutput
+		}
+		if err := c.startNodeKubeProxies(ctx, out, cilium); err != nil {
 			return c, err
 		}
 	}
-	if opts.Cilium {
+	if opts.Cilium && !opts.NodeKubeProxies {
 		if err := claimDatapath(); err != nil {
 			return c, err
 		}
-		ca, err := startCilium(ctx, c.Env, c.Nodes[0], ciliumModule, ciliumBin, opts.CiliumOutput)
+		ca, err := startCilium(ctx, c.Env, c.Nodes[0], ciliumPlace{device: gatewayLink, socketLB: true}, ciliumModule, ciliumBin, opts.CiliumOutput)
 		if ca != nil {
 			c.cilium = ca
 		} else {
