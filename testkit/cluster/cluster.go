@@ -321,6 +321,21 @@ func claimDatapath() error {
 	return nil
 }
 
+// Dataplanes a cluster can run (Cluster.Dataplane).
+const (
+	DataplaneKubeProxy = "kube-proxy"
+	DataplaneCilium    = "cilium"
+)
+
+// Dataplane is what routes the cluster's Services: DataplaneCilium with Options.Cilium,
+// DataplaneKubeProxy otherwise.
+func (c *Cluster) Dataplane() string {
+	if c.podCIDRs {
+		return DataplaneCilium
+	}
+	return DataplaneKubeProxy
+}
+
 func releaseKubeProxy() {
 	kubeProxyMu.Lock()
 	kubeProxyRunning = false

@@ -116,7 +116,7 @@ func (sh *Shared) release() error {
 
 // MainDataplanes is Main for a package whose scenarios run on both dataplanes, the same test
 // code with the stack as a parameter: kubeProxy gets opts, cilium opts with Cilium set (its
-// tests skip unless cluster.CiliumEnabled). The two stacks share the cluster namespace, so only
+// tests skip unless cluster.CiliumEnabled; with NodeKubeProxies every node runs a cilium-agent). The two stacks share the cluster namespace, so only
 // one runs at a time: Get on one stops the other first (keep each dataplane's tests together,
 // so the switch happens once). Both are stopped after the tests.
 //
@@ -126,7 +126,7 @@ func (sh *Shared) release() error {
 func MainDataplanes(m *testing.M, opts Options, kubeProxy, cilium *Shared) {
 	kubeProxy.opts = opts
 	ciliumOpts := opts
-	ciliumOpts.Cilium, ciliumOpts.NodeKubeProxies = true, false
+	ciliumOpts.Cilium = true
 	cilium.opts = ciliumOpts
 	kubeProxy.other, cilium.other = cilium, kubeProxy
 	cluster.RunIsolated(m, kubeProxy.stop, cilium.stop)
