@@ -19,7 +19,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
@@ -45,6 +44,15 @@ var ciliumClangs = []string{"clang-19", "clang-20", "clang-21", "clang-22", "cla
 // ciliumNativeRoutingCIDR is every address of the bed (pods, nodes, the cluster namespace,
 // ClusterIPs: 198.18.0.0/15): Cilium routes it natively and masquerades nothing.
 const ciliumNativeRoutingCIDR = "198.18.0.0/15"
+
+// ciliumNativeRoutingCIDR6 holds every IPv6 address of a dual-stack bed (2001:2:0::/64 the
+// cluster namespace, 2001:2:0:1::/64 nodes, 2001:2:1::/64 pods, 2001:2:2::/112 ClusterIPs and
+// ciliumPodCIDR6).
+const ciliumNativeRoutingCIDR6 = "2001:2::/46"
+
+// ciliumPodCIDR6 is the i-th Node's IPv6 spec.podCIDRs entry in a dual-stack cluster: a range
+// nothing else uses, for the agent's IPv6 router address.
+func ciliumPodCIDR6(i int) string { return fmt.Sprintf("2001:2:3:%x::/64", i) }
 
 // ciliumPodCIDR is the Node's spec.podCIDR the agent's IPAM (ipam=kubernetes) takes the router
 // address of its cilium_host link from: the i-th node gets 198.19.(2+i).0/24, a range no pod of
@@ -79,6 +87,8 @@ type ciliumPlace struct {
 	// socketLB attaches the socket load balancer to a sub-cgroup holding this test process;
 	// without, the sub-cgroup stays empty and the agent runs with --bpf-lb-sock=false.
 	socketLB bool
+	// ipv6 runs the agent dual-stack (Options.DualStack): IPv6 too, natively routed.
+	ipv6 bool
 }
 
 // ciliumAgent is a running cilium-agent acting as a node's kube-proxy replacement.
@@ -88,6 +98,9 @@ type ciliumAgent struct {
 	dir    string
 	dbg    string
 	socket string
+	// tablesBefore are the nftables tables of the cluster namespace before the agent started:
+	// stop deletes the ones its iptables (nft backend) made.
+	tablesBefore map[string]bool
 	// cgroupRoot is a cgroup2 mount of the whole hierarchy in this process's mount namespace;
 	// cgroup the sub-cgroup (under it) that holds this process and that the agent attaches its
 	// socket load balancer to; cgroupMount its bind mount the agent gets as --cgroup-root.
@@ -112,7 +125,7 @@ func ciliumAssets() (bin, module string, err error) {
 	bin = strings.TrimSpace(string(out))
 	list := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", ciliumModule)
 	list.Dir = filepath.Join(root, "tools", "cilium")
-	list.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	list.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
 	out, err = list.Output()
 	if err != nil {
 		return "", "", fmt.Errorf("finding %s in the module cache (go list -m in tools/cilium): %w", ciliumModule, err)
@@ -140,9 +153,9 @@ func findClang() (string, error) {
 	return "", fmt.Errorf("no clang >= 18.1 found (tried %v): Cilium compiles its datapath with it; run `hack/deps.sh --cilium` (Debian 12: clang-19)", ciliumClangs)
 }
 
-// startCilium starts cilium-agent in the cluster namespace as node's datapath (kube-proxy
-// replacement with the socket load balancer confined to a cgroup of this test binary) and
-// waits until its API answers and its status is OK.
+// startCilium starts cilium-agent at place as node's datapath (kube-proxy replacement; in the
+// cluster namespace with the socket load balancer confined to a cgroup of this test binary)
+// and waits until it is ready (waitReady).
 func startCilium(ctx context.Context, env *controlplane.Env, node NodeInfo, place ciliumPlace, module, bin string, out io.Writer) (ca *ciliumAgent, err error) {
 	clang, err := findClang()
 	if err != nil {
@@ -172,6 +185,15 @@ func startCilium(ctx context.Context, env *controlplane.Env, node NodeInfo, plac
 	if err := os.Symlink(clang, filepath.Join(dir, "path", "clang")); err != nil {
 		return ca, fmt.Errorf("linking clang: %w", err)
 	}
+	xtablesLib, err := linkPrivateIptables(filepath.Dir(bin), filepath.Join(dir, "path"))
+	if err != nil {
+		return ca, err
+	}
+	if place.netns == "" {
+		if ca.tablesBefore, err = nftTables(); err != nil {
+			return ca, err
+		}
+	}
 	if err := ca.confineSocketLB(); err != nil {
 		return ca, err
 	}
@@ -188,6 +210,7 @@ func startCilium(ctx context.Context, env *controlplane.Env, node NodeInfo, plac
 	}
 	cmd.Env = append(os.Environ(),
 		"PATH="+filepath.Join(dir, "path")+":"+os.Getenv("PATH"),
+		"XTABLES_LIBDIR="+xtablesLib,
 		"K8S_NODE_NAME="+node.Name,
 		"CILIUM_K8S_NAMESPACE=kube-system",
 	)
@@ -217,7 +240,7 @@ func startCilium(ctx context.Context, env *controlplane.Env, node NodeInfo, plac
 // native routing, IPAM from the Node's podCIDR, no Hubble, no Envoy or L7 proxy, no policy
 // enforcement, no iptables rules or masquerading, only the gateway link as its device.
 func ciliumAgentArgs(dir, kubeconfig string, place ciliumPlace) []string {
-	return []string{
+	args := []string{
 		"--k8s-kubeconfig-path=" + kubeconfig,
 		"--kube-proxy-replacement=true",
 		"--bpf-lb-sock=" + strconv.FormatBool(place.socketLB),
@@ -225,7 +248,7 @@ func ciliumAgentArgs(dir, kubeconfig string, place ciliumPlace) []string {
 		"--ipv4-native-routing-cidr=" + ciliumNativeRoutingCIDR,
 		"--ipam=kubernetes",
 		"--enable-ipv4=true",
-		"--enable-ipv6=false",
+		"--enable-ipv6=" + strconv.FormatBool(place.ipv6),
 		"--devices=" + strings.Join(append([]string{place.device}, place.moreDevices...), ","),
 		"--direct-routing-device=" + place.device,
 		"--enable-ipv4-masquerade=false",
@@ -246,87 +269,14 @@ func ciliumAgentArgs(dir, kubeconfig string, place ciliumPlace) []string {
 		"--cgroup-root=" + filepath.Join(dir, "cgroup"),
 		"--k8s-require-ipv4-pod-cidr=true",
 	}
-}
-
-// confineSocketLB makes the cgroup the socket load balancer attaches to: a cgroup2 mount of the
-// hierarchy in this process's (private) mount namespace, a new sub-cgroup under its root, this
-// test process moved into it (the traffic client runs here), and a bind mount of the
-// sub-cgroup as the agent's --cgroup-root. Cilium's socket programs then see only the sockets
-// of this test binary's processes, never the machine's.
-func (ca *ciliumAgent) confineSocketLB() error {
-	root := filepath.Join(ca.dir, "cgroup2")
-	if err := unix.Mount("none", root, "cgroup2", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("mounting cgroup2 at %s: %w", root, err)
+	if place.ipv6 {
+		args = append(args,
+			"--ipv6-native-routing-cidr="+ciliumNativeRoutingCIDR6,
+			"--enable-ipv6-masquerade=false",
+			"--k8s-require-ipv6-pod-cidr=true",
+		)
 	}
-	ca.cgroupRoot = root
-	sub, err := os.MkdirTemp(root, "swh-cilium-")
-	if err != nil {
-		return fmt.Errorf("creating a cgroup for cilium's socket load balancer: %w", err)
-	}
-	ca.cgroup = sub
-	if ca.place.socketLB {
-		if err := os.WriteFile(filepath.Join(sub, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-			return fmt.Errorf("moving the test process into cgroup %s: %w", sub, err)
-		}
-	}
-	mnt := filepath.Join(ca.dir, "cgroup")
-	if err := unix.Mount(sub, mnt, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("bind-mounting cgroup %s on %s: %w", sub, mnt, err)
-	}
-	ca.cgroupMount = mnt
-	return nil
-}
-
-// releaseCgroup moves every process of the sub-cgroup back to the root, removes it and
-// unmounts what confineSocketLB mounted.
-func (ca *ciliumAgent) releaseCgroup() error {
-	var errs []error
-	if ca.cgroupMount != "" {
-		if err := unix.Unmount(ca.cgroupMount, unix.MNT_DETACH); err != nil {
-			errs = append(errs, fmt.Errorf("unmounting %s: %w", ca.cgroupMount, err))
-		}
-		ca.cgroupMount = ""
-	}
-	if ca.cgroup != "" {
-		procs, err := os.ReadFile(filepath.Join(ca.cgroup, "cgroup.procs"))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("reading the processes of %s: %w", ca.cgroup, err))
-		}
-		for _, pid := range strings.Fields(string(procs)) {
-			err := os.WriteFile(filepath.Join(ca.cgroupRoot, "cgroup.procs"), []byte(pid), 0o644)
-			if err != nil && !errors.Is(err, unix.ESRCH) {
-				errs = append(errs, fmt.Errorf("moving process %s out of %s: %w", pid, ca.cgroup, err))
-			}
-		}
-		if err := removeCgroup(ca.cgroup); err != nil {
-			errs = append(errs, err)
-		} else {
-			ca.cgroup = ""
-		}
-	}
-	if ca.cgroupRoot != "" {
-		if err := unix.Unmount(ca.cgroupRoot, unix.MNT_DETACH); err != nil {
-			errs = append(errs, fmt.Errorf("unmounting %s: %w", ca.cgroupRoot, err))
-		}
-		ca.cgroupRoot = ""
-	}
-	return errors.Join(errs...)
-}
-
-// removeCgroup removes an empty cgroup; a process that is still exiting keeps it busy for a
-// moment, so it retries for a few seconds.
-func removeCgroup(path string) error {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := unix.Rmdir(path)
-		if err == nil || errors.Is(err, unix.ENOENT) {
-			return nil
-		}
-		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
-			return fmt.Errorf("removing cgroup %s: %w", path, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return args
 }
 
 // waitReady polls the agent over its socket until `cilium-dbg status --brief` says OK and its
@@ -429,6 +379,11 @@ func (ca *ciliumAgent) stop() error {
 					errs = append(errs, err)
 				}
 			}
+		}
+	}
+	if ca.tablesBefore != nil {
+		if err := deleteNewNftTables(ca.tablesBefore); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := ca.releaseCgroup(); err != nil {

@@ -97,8 +97,8 @@ type Options struct {
 	// "Cilium"). WaitProgrammed and ProgrammedEndpoints then read Cilium's BPF maps. With
 	// NodeKubeProxies every node's namespace runs its own cilium-agent instead of its
 	// kube-proxy (node ports and health check node ports on the node's eth0, no socket load
-	// balancer). It excludes KubeProxy and DualStack; the tests that use it run when CiliumEnv
-	// is 1 (`make test-cilium`).
+	// balancer); with DualStack the agent in the cluster namespace runs IPv4 and IPv6. It
+	// excludes KubeProxy; the tests that use it run when CiliumEnv is 1 (`make test-cilium`).
 	Cilium bool
 	// CiliumOutput receives cilium-agent's log. Nil keeps it in a file that is printed when it
 	// fails to start, or sends it to stderr when SWH_TEST_CILIUM_OUTPUT=1.
@@ -206,8 +206,8 @@ func New(opts Options) (c *Cluster, err error) {
 	if opts.NodeKubeProxies && opts.DualStack {
 		return nil, errors.New("options DualStack and NodeKubeProxies exclude each other: the nodes' own networks are IPv4 only")
 	}
-	if opts.Cilium && (opts.KubeProxy || opts.DualStack) {
-		return nil, errors.New("option Cilium excludes KubeProxy and DualStack: cilium-agent is the datapath (IPv4 only)")
+	if opts.Cilium && opts.KubeProxy {
+		return nil, errors.New("options Cilium and KubeProxy exclude each other: cilium-agent is the datapath")
 	}
 	var ciliumBin, ciliumModule string
 	if opts.Cilium {
@@ -282,7 +282,7 @@ func New(opts Options) (c *Cluster, err error) {
 		if err := claimDatapath(); err != nil {
 			return c, err
 		}
-		ca, err := startCilium(ctx, c.Env, c.Nodes[0], ciliumPlace{device: gatewayLink, socketLB: true}, ciliumModule, ciliumBin, opts.CiliumOutput)
+		ca, err := startCilium(ctx, c.Env, c.Nodes[0], ciliumPlace{device: gatewayLink, socketLB: true, ipv6: opts.DualStack}, ciliumModule, ciliumBin, opts.CiliumOutput)
 		if ca != nil {
 			c.cilium = ca
 		} else {
@@ -378,6 +378,9 @@ func (c *Cluster) addNode(ctx context.Context, n Node) (NodeInfo, error) {
 	if c.podCIDRs {
 		cidr := ciliumPodCIDR(len(c.Nodes))
 		node.Spec.PodCIDR, node.Spec.PodCIDRs = cidr, []string{cidr}
+		if c.dualStack {
+			node.Spec.PodCIDRs = append(node.Spec.PodCIDRs, ciliumPodCIDR6(len(c.Nodes)))
+		}
 	}
 	if err := c.Env.Client.Create(ctx, node); err != nil {
 		// Keep the address listed so Stop removes it.
