@@ -17,9 +17,9 @@ import (
 )
 
 // TestCiliumDemoComesUp is `make run DATAPLANE=cilium` until ready (`make test-cilium`): with a
-// real cilium-agent as the kube-proxy replacement the demo publishes every example resource's
-// pods and the traffic through every ClusterIP is answered by them, none failing; stopping it
-// removes the run folder.
+// real, dual-stack cilium-agent as the kube-proxy replacement the demo publishes every example
+// resource's pods and the traffic through every ClusterIP (both of web-dual's) is answered by
+// them, none failing; stopping it removes the run folder.
 func TestCiliumDemoComesUp(t *testing.T) {
 	if !cluster.CiliumEnabled() {
 		t.Skipf("the Cilium dataplane runs in `make test-cilium` (%s=1)", cluster.CiliumEnv)
@@ -36,7 +36,15 @@ func TestCiliumDemoComesUp(t *testing.T) {
 	v := d.latest.Load()
 	wantIn := map[string][]string{"db-read": {"db-0", "db-1"}, "db-write": {"db-0"}, "smtp": {"vm-0"}, "web": {"vm-0"},
 		"mysql-db-read": {"mysql-0", "mysql-1"}, "mysql-db-write": {"mysql-0"}}
-	assert.NotContains(t, v.Resources, dualStackResource, "no dual-stack resource with cilium")
+	// The dual-stack resource: both ClusterIPs, each answered by both pods, none failing.
+	require.Contains(t, v.Resources, dualStackResource)
+	require.Len(t, v.Resources[dualStackResource].ClusterIPs, 2)
+	for _, family := range []string{"IPv4", "IPv6"} {
+		sum := v.Traffic[dualStackResource+"/"+family]
+		assert.Positive(t, sum.OK, "%s traffic through %s", family, dualStackResource)
+		assert.Zero(t, sum.Failed, "%s traffic through %s", family, dualStackResource)
+		assert.Len(t, sum.ByPod, 2, "both pods answered over %s", family)
+	}
 	for name, pods := range wantIn {
 		require.Contains(t, v.Resources, name)
 		var in []string

@@ -70,7 +70,7 @@ type Config struct {
 	// (real kubelet nodes, testkit/realnode; IPv4 only): see real.go.
 	Nodes string
 	// Dataplane is "kube-proxy" (default) or "cilium": a real cilium-agent as the kube-proxy
-	// replacement (cluster.Options.Cilium; IPv4 only, namespace nodes only).
+	// replacement (cluster.Options.Cilium; namespace nodes only).
 	Dataplane string
 	// Out receives the view and the progress lines.
 	Out io.Writer

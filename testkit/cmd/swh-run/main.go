@@ -94,7 +94,7 @@ func parse(args []string, out io.Writer) (Config, error) {
 	fs.BoolVar(&cfg.Plain, "plain", false, "Print each changed view below the previous one instead of redrawing the screen (the default when stdout is not a terminal).")
 	fs.DurationVar(&cfg.Window, "window", 10*time.Second, "Rolling window of the traffic counts.")
 	fs.BoolVar(&cfg.DualStack, "dual-stack", true, "Make the demo cluster dual-stack (IPv4 and IPv6) and add the dual-stack example (docs/examples/dual-stack.yaml) with a traffic loop through each of its ClusterIPs; --dual-stack=false: IPv4 only.")
-	fs.StringVar(&cfg.Dataplane, "dataplane", dataplaneKubeProxy, "What routes the Services: kube-proxy (nftables) or cilium (a real cilium-agent as the kube-proxy replacement, built by tools/build.sh cilium; IPv4 only, not with --nodes=real; make run DATAPLANE=cilium).")
+	fs.StringVar(&cfg.Dataplane, "dataplane", dataplaneKubeProxy, "What routes the Services: kube-proxy (nftables) or cilium (a real cilium-agent as the kube-proxy replacement, built by tools/build.sh cilium; not with --nodes=real; make run DATAPLANE=cilium).")
 	fs.StringVar(&cfg.Nodes, "nodes", nodesNamespace, "Where the pods run: namespace (network namespaces the harness makes) or real (a kubelet and containerd per node, containers of local images; IPv4 only; make run NODES=real).")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -117,13 +117,6 @@ func parse(args []string, out io.Writer) (Config, error) {
 		if cfg.Nodes == nodesReal {
 			return cfg, errors.New("--dataplane=cilium: not with --nodes=real (cilium-agent runs in the cluster namespace as the simulated nodes' datapath)")
 		}
-		// The Cilium bed is IPv4 only (development/TEST-HARNESS.md, "Cilium as the dataplane").
-		dualSet := false
-		fs.Visit(func(f *flag.Flag) { dualSet = dualSet || (f.Name == "dual-stack" && cfg.DualStack) })
-		if dualSet {
-			return cfg, errors.New("--dual-stack: not with --dataplane=cilium (the Cilium bed is IPv4 only)")
-		}
-		cfg.DualStack = false
 	default:
 		return cfg, fmt.Errorf("--dataplane %q: want kube-proxy or cilium", cfg.Dataplane)
 	}

@@ -204,7 +204,7 @@ func TestParse(t *testing.T) {
 		"a stray argument is an error":       {args: []string{"stop-smtp"}, want: `unexpected argument "stop-smtp" (the control commands are ` + "`swh-run ctl ...`)"},
 		"a window below a second is refused": {args: []string{"--window=100ms"}, want: "--window 100ms: must be at least 1s"},
 		"cilium as the dataplane":            {args: []string{"--dataplane=cilium"}},
-		"cilium is IPv4 only":                {args: []string{"--dataplane=cilium", "--dual-stack"}, want: "--dual-stack: not with --dataplane=cilium (the Cilium bed is IPv4 only)"},
+		"cilium, IPv4 only":                  {args: []string{"--dataplane=cilium", "--dual-stack=false"}},
 		"cilium not on real nodes":           {args: []string{"--dataplane=cilium", "--nodes=real"}, want: "--dataplane=cilium: not with --nodes=real (cilium-agent runs in the cluster namespace as the simulated nodes' datapath)"},
 		"an unknown dataplane is refused":    {args: []string{"--dataplane=calico"}, want: `--dataplane "calico": want kube-proxy or cilium`},
 	}
