@@ -70,7 +70,10 @@ func waitTCXAttached(netnsPath, link string, timeout time.Duration) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("cilium-agent did not attach its programs to %s within %s (ingress %d, egress %d; %v)", link, timeout, in, out, err)
+			if err != nil {
+				return fmt.Errorf("cilium-agent did not attach its programs to %s within %s: %w", link, timeout, err)
+			}
+			return fmt.Errorf("cilium-agent did not attach its programs to %s within %s (tcx programs: ingress %d, egress %d)", link, timeout, in, out)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
