@@ -26,8 +26,9 @@ import (
 )
 
 // CiliumEnv turns the Cilium dataplane on: `make test-cilium` sets it to 1. A cluster with
-// Options.Cilium needs the cilium tool group (tools/build.sh cilium, about half an hour on a
-// fresh machine) and clang >= 18.1 (hack/deps.sh --cilium), so `make test` leaves it out.
+// Options.Cilium needs the cilium tool group (tools/build.sh cilium, about a quarter of an hour
+// on a fresh machine), clang >= 18.1 and a private iptables (hack/deps.sh --cilium), so `make
+// test` leaves it out.
 const CiliumEnv = "SWH_CILIUM"
 
 // CiliumEnabled reports whether CiliumEnv is 1.
