@@ -111,6 +111,14 @@ type ciliumAgent struct {
 // ciliumAssets finds the agent and cilium-dbg (building the tool group when needed) and the
 // module's folder (its bpf/ sources and CRDs).
 func ciliumAssets() (bin, module string, err error) {
+	// Another build of Cilium (another release, a patched one): a folder with cilium-agent and
+	// cilium-dbg, and the folder of its module (bpf/, the CRDs).
+	if bin, module = os.Getenv("SWH_CILIUM_BIN"), os.Getenv("SWH_CILIUM_MODULE"); bin != "" || module != "" {
+		if bin == "" || module == "" {
+			return "", "", errors.New("set both SWH_CILIUM_BIN (cilium-agent, cilium-dbg) and SWH_CILIUM_MODULE (its module's folder), or neither")
+		}
+		return bin, module, nil
+	}
 	root, err := controlplane.RepoRoot()
 	if err != nil {
 		return "", "", err
@@ -186,7 +194,7 @@ func startCilium(ctx context.Context, env *controlplane.Env, node NodeInfo, plac
 	if err := os.Symlink(clang, filepath.Join(dir, "path", "clang")); err != nil {
 		return ca, fmt.Errorf("linking clang: %w", err)
 	}
-	xtablesLib, err := linkPrivateIptables(filepath.Dir(bin), filepath.Join(dir, "path"))
+	xtablesLib, err := linkPrivateIptables(toolsCache(), filepath.Join(dir, "path"))
 	if err != nil {
 		return ca, err
 	}

@@ -13,6 +13,20 @@ import (
 	"strings"
 )
 
+// toolsCache is the folder tools/build.sh and hack/deps.sh cache into: $SWH_TOOLS_CACHE, else
+// $XDG_CACHE_HOME/service-with-healthchecks, else ~/.cache/service-with-healthchecks.
+func toolsCache() string {
+	if d := os.Getenv("SWH_TOOLS_CACHE"); d != "" {
+		return d
+	}
+	base := os.Getenv("XDG_CACHE_HOME")
+	if base == "" {
+		home, _ := os.UserHomeDir()
+		base = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(base, "service-with-healthchecks")
+}
+
 // iptablesNames are the commands cilium-agent runs, all served by iptables' xtables-nft-multi.
 var iptablesNames = []string{
 	"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore",
