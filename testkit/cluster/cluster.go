@@ -116,8 +116,9 @@ type Cluster struct {
 	kubeProxy *kubeProxy
 	cilium    *ciliumAgent
 	dualStack bool
-	// podCIDRs gives every Node a spec.podCIDR (Options.Cilium: its IPAM needs one).
-	podCIDRs bool
+	// ciliumDataplane is Options.Cilium: every Node gets a spec.podCIDR (the agent's IPAM
+	// needs one) and Dataplane says cilium.
+	ciliumDataplane bool
 	// nodeNets are the nodes' own networks (Options.NodeKubeProxies), by node name; nil
 	// without.
 	nodeNets map[string]*nodeNet
@@ -218,7 +219,7 @@ func New(opts Options) (c *Cluster, err error) {
 			opts.ControlPlane.ExtraCRDPaths = append(slices.Clone(opts.ControlPlane.ExtraCRDPaths), ciliumCRDPaths(ciliumModule)...)
 		}
 	}
-	c = &Cluster{Env: opts.Env, pods: map[*Pod]struct{}{}, dualStack: opts.DualStack, podCIDRs: opts.Cilium}
+	c = &Cluster{Env: opts.Env, pods: map[*Pod]struct{}{}, dualStack: opts.DualStack, ciliumDataplane: opts.Cilium}
 	if opts.NodeKubeProxies {
 		c.nodeNets = map[string]*nodeNet{}
 	}
@@ -330,7 +331,7 @@ const (
 // Dataplane is what routes the cluster's Services: DataplaneCilium with Options.Cilium,
 // DataplaneKubeProxy otherwise.
 func (c *Cluster) Dataplane() string {
-	if c.podCIDRs {
+	if c.ciliumDataplane {
 		return DataplaneCilium
 	}
 	return DataplaneKubeProxy
@@ -375,7 +376,7 @@ func (c *Cluster) addNode(ctx context.Context, n Node) (NodeInfo, error) {
 		labels[k] = v
 	}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: labels}}
-	if c.podCIDRs {
+	if c.ciliumDataplane {
 		cidr := ciliumPodCIDR(len(c.Nodes))
 		node.Spec.PodCIDR, node.Spec.PodCIDRs = cidr, []string{cidr}
 		if c.dualStack {
