@@ -89,6 +89,13 @@ test-nodes: deps ## Run the end-to-end scenarios on real nodes (a kubelet and co
 	@cd tests && CGO_ENABLED=0 GOFLAGS="$${GOFLAGS:+$$GOFLAGS }-trimpath" SWH_REAL_NODES=1 go test $(GO_TEST_FLAGS) -run RealNode ./e2e/realnode/
 	@cd testkit && CGO_ENABLED=0 GOFLAGS="$${GOFLAGS:+$$GOFLAGS }-trimpath" SWH_REAL_NODES=1 go test $(GO_TEST_FLAGS) -run RealNode ./cmd/swh-run/
 
+.PHONY: test-cilium
+test-cilium: ## Run the scenarios whose dataplane is a real cilium-agent (kube-proxy replacement; go test -run Cilium in testkit/cluster, testkit/cmd/swh-run and tests/); builds the cilium tool group first (a quarter of an hour the first time).
+	@hack/deps.sh --cilium
+	@tools/build.sh kube cilium
+	@cd testkit && CGO_ENABLED=0 GOFLAGS="$${GOFLAGS:+$$GOFLAGS }-trimpath" SWH_CILIUM=1 go test $(GO_TEST_FLAGS) -run Cilium ./cluster/ ./cmd/swh-run/
+	@cd tests && CGO_ENABLED=0 GOFLAGS="$${GOFLAGS:+$$GOFLAGS }-trimpath" SWH_CILIUM=1 go test $(GO_TEST_FLAGS) -run Cilium ./...
+
 .PHONY: test-race
 test-race: deps test-tools ## Run the agent's, the controller's and testkit's tests with -race and the informer-cache mutation detector (hack/test-race.sh); PKGS="./x/..." picks packages.
 	@hack/test-race.sh $(PKGS)
@@ -104,13 +111,17 @@ bench-probes: deps ## Benchmark our TCP/HTTP/PostgreSQL probers and the kubelet'
 # NODES=real runs `make run`'s pods on real nodes (a kubelet and containerd each); empty: network
 # namespace pods (development/RUN.md, "On real nodes").
 NODES ?=
+# DATAPLANE=cilium routes `make run`'s Services with a real cilium-agent (kube-proxy replacement)
+# instead of kube-proxy (development/RUN.md, "On Cilium"); empty: kube-proxy.
+DATAPLANE ?=
 
 .PHONY: run
-run: ## Run the product on a local demo cluster with a live view until Ctrl-C (root; development/RUN.md). ARGS="--exit-after-ready" for a smoke run; NODES=real on real kubelet nodes.
+run: ## Run the product on a local demo cluster with a live view until Ctrl-C (root; development/RUN.md). ARGS="--exit-after-ready" for a smoke run; NODES=real on real kubelet nodes; DATAPLANE=cilium with cilium-agent instead of kube-proxy.
 	@if [[ $$(id -u) -ne 0 ]]; then echo "make run: needs root: it creates network namespaces, veth pairs and nftables rules and runs PostgreSQL as the postgres user; run \`sudo make run\`" >&2; exit 1; fi
 	@case "$(NODES)" in ""|real) ;; *) echo "make run: NODES=$(NODES): want NODES=real (real kubelet nodes) or no NODES (network namespace pods)" >&2; exit 1;; esac
+	@case "$(DATAPLANE)" in ""|kube-proxy|cilium) ;; *) echo "make run: DATAPLANE=$(DATAPLANE): want DATAPLANE=cilium or no DATAPLANE (kube-proxy)" >&2; exit 1;; esac
 	@# The packages, the tools, the program's build, then the program: one line per step with its time.
-	@hack/run.sh $(if $(filter real,$(NODES)),--nodes=real) $(ARGS)
+	@hack/run.sh $(if $(filter real,$(NODES)),--nodes=real) $(if $(filter cilium,$(DATAPLANE)),--dataplane=cilium) $(ARGS)
 
 .PHONY: run-ctl
 run-ctl: ## Control a running `make run` from a second terminal: make run-ctl ARGS="stop-smtp" (ARGS=help lists the commands).

@@ -30,6 +30,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -90,6 +91,18 @@ type Options struct {
 	// It excludes KubeProxy (nothing routes ClusterIPs from the cluster namespace then); pods
 	// are IPv4 only and bulk pods are not supported. See development/TEST-HARNESS.md.
 	NodeKubeProxies bool
+	// Cilium runs a real cilium-agent (tools/cilium) in the cluster namespace instead of
+	// kube-proxy, acting as the first node: kube-proxy replacement with its socket load
+	// balancer, which sees only this test binary's sockets (development/TEST-HARNESS.md,
+	// "Cilium"). WaitProgrammed and ProgrammedEndpoints then read Cilium's BPF maps. With
+	// NodeKubeProxies every node's namespace runs its own cilium-agent instead of its
+	// kube-proxy (node ports and health check node ports on the node's eth0, no socket load
+	// balancer); with DualStack the agent in the cluster namespace runs IPv4 and IPv6. It
+	// excludes KubeProxy; the tests that use it run when CiliumEnv is 1 (`make test-cilium`).
+	Cilium bool
+	// CiliumOutput receives cilium-agent's log. Nil keeps it in a file that is printed when it
+	// fails to start, or sends it to stderr when SWH_TEST_CILIUM_OUTPUT=1.
+	CiliumOutput io.Writer
 }
 
 // Cluster is a running test cluster.
@@ -101,7 +114,11 @@ type Cluster struct {
 
 	ownEnv    bool
 	kubeProxy *kubeProxy
+	cilium    *ciliumAgent
 	dualStack bool
+	// ciliumDataplane is Options.Cilium: every Node gets a spec.podCIDR (the agent's IPAM
+	// needs one) and Dataplane says cilium.
+	ciliumDataplane bool
 	// nodeNets are the nodes' own networks (Options.NodeKubeProxies), by node name; nil
 	// without.
 	nodeNets map[string]*nodeNet
@@ -127,7 +144,8 @@ var ErrNotRoot = errors.New("the test cluster needs root (network namespaces, ve
 var ErrNotIsolated = errors.New("the test cluster only runs in an isolated test binary: " +
 	"add `func TestMain(m *testing.M) { cluster.RunIsolated(m) }` (or call cluster.Isolate first in TestMain)")
 
-// kubeProxyMu makes sure only one kube-proxy runs in the cluster namespace at a time.
+// kubeProxyMu makes sure only one kube-proxy (or cilium-agent) runs in the cluster namespace
+// at a time.
 var (
 	kubeProxyMu      sync.Mutex
 	kubeProxyRunning bool
@@ -189,7 +207,19 @@ func New(opts Options) (c *Cluster, err error) {
 	if opts.NodeKubeProxies && opts.DualStack {
 		return nil, errors.New("options DualStack and NodeKubeProxies exclude each other: the nodes' own networks are IPv4 only")
 	}
-	c = &Cluster{Env: opts.Env, pods: map[*Pod]struct{}{}, dualStack: opts.DualStack}
+	if opts.Cilium && opts.KubeProxy {
+		return nil, errors.New("options Cilium and KubeProxy exclude each other: cilium-agent is the datapath")
+	}
+	var ciliumBin, ciliumModule string
+	if opts.Cilium {
+		if ciliumBin, ciliumModule, err = ciliumAssets(); err != nil {
+			return nil, err
+		}
+		if opts.Env == nil {
+			opts.ControlPlane.ExtraCRDPaths = append(slices.Clone(opts.ControlPlane.ExtraCRDPaths), ciliumCRDPaths(ciliumModule)...)
+		}
+	}
+	c = &Cluster{Env: opts.Env, pods: map[*Pod]struct{}{}, dualStack: opts.DualStack, ciliumDataplane: opts.Cilium}
 	if opts.NodeKubeProxies {
 		c.nodeNets = map[string]*nodeNet{}
 	}
@@ -219,6 +249,11 @@ func New(opts Options) (c *Cluster, err error) {
 			return c, err
 		}
 	}
+	if opts.Cilium && !c.ownEnv {
+		if err := installCiliumCRDs(c.Env, ciliumModule); err != nil {
+			return c, err
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, n := range opts.Nodes {
@@ -235,17 +270,32 @@ func New(opts Options) (c *Cluster, err error) {
 		c.Nodes = append(c.Nodes, info)
 	}
 	if opts.NodeKubeProxies {
-		if err := c.startNodeKubeProxies(ctx, opts.KubeProxyOutput); err != nil {
+		var cilium *ciliumBinaries
+		out := opts.KubeProxyOutput
+		if opts.Cilium {
+			cilium, out = &ciliumBinaries{bin: ciliumBin, module: ciliumModule}, opts.CiliumOutput
+		}
+		if err := c.startNodeKubeProxies(ctx, out, cilium); err != nil {
+			return c, err
+		}
+	}
+	if opts.Cilium && !opts.NodeKubeProxies {
+		if err := claimDatapath(); err != nil {
+			return c, err
+		}
+		ca, err := startCilium(ctx, c.Env, c.Nodes[0], ciliumPlace{device: gatewayLink, socketLB: true, ipv6: opts.DualStack}, ciliumModule, ciliumBin, opts.CiliumOutput)
+		if ca != nil {
+			c.cilium = ca
+		} else {
+			releaseKubeProxy()
+		}
+		if err != nil {
 			return c, err
 		}
 	}
 	if opts.KubeProxy {
-		kubeProxyMu.Lock()
-		busy := kubeProxyRunning
-		kubeProxyRunning = true
-		kubeProxyMu.Unlock()
-		if busy {
-			return c, errors.New("another cluster of this test binary runs kube-proxy: share that cluster, or stop it first")
+		if err := claimDatapath(); err != nil {
+			return c, err
 		}
 		kp, err := startKubeProxy(ctx, c.Env, opts.Nodes[0].Name, opts.KubeProxyOutput)
 		if kp != nil {
@@ -258,6 +308,33 @@ func New(opts Options) (c *Cluster, err error) {
 		}
 	}
 	return c, nil
+}
+
+// claimDatapath takes the cluster namespace's one datapath (kube-proxy or cilium-agent) for a
+// cluster; releaseKubeProxy gives it back.
+func claimDatapath() error {
+	kubeProxyMu.Lock()
+	defer kubeProxyMu.Unlock()
+	if kubeProxyRunning {
+		return errors.New("another cluster of this test binary runs kube-proxy or cilium-agent in the cluster namespace: share that cluster, or stop it first")
+	}
+	kubeProxyRunning = true
+	return nil
+}
+
+// Dataplanes a cluster can run (Cluster.Dataplane).
+const (
+	DataplaneKubeProxy = "kube-proxy"
+	DataplaneCilium    = "cilium"
+)
+
+// Dataplane is what routes the cluster's Services: DataplaneCilium with Options.Cilium,
+// DataplaneKubeProxy otherwise.
+func (c *Cluster) Dataplane() string {
+	if c.ciliumDataplane {
+		return DataplaneCilium
+	}
+	return DataplaneKubeProxy
 }
 
 func releaseKubeProxy() {
@@ -299,6 +376,13 @@ func (c *Cluster) addNode(ctx context.Context, n Node) (NodeInfo, error) {
 		labels[k] = v
 	}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: labels}}
+	if c.ciliumDataplane {
+		cidr := ciliumPodCIDR(len(c.Nodes))
+		node.Spec.PodCIDR, node.Spec.PodCIDRs = cidr, []string{cidr}
+		if c.dualStack {
+			node.Spec.PodCIDRs = append(node.Spec.PodCIDRs, ciliumPodCIDR6(len(c.Nodes)))
+		}
+	}
 	if err := c.Env.Client.Create(ctx, node); err != nil {
 		// Keep the address listed so Stop removes it.
 		c.Nodes = append(c.Nodes, info)
@@ -337,6 +421,13 @@ func (c *Cluster) Stop() error {
 		if err := p.remove(context.Background()); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if c.cilium != nil {
+		if err := c.cilium.stop(); err != nil {
+			errs = append(errs, err)
+		}
+		c.cilium = nil
+		releaseKubeProxy()
 	}
 	if c.kubeProxy != nil {
 		if err := c.kubeProxy.stop(); err != nil {

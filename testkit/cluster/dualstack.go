@@ -348,6 +348,9 @@ func (c *Cluster) ProgrammedEndpointsOf(ctx context.Context, service string, por
 	if err != nil {
 		return nil, err
 	}
+	if c.cilium != nil {
+		return c.cilium.ciliumProgrammed(ctx, clusterIP, port, strings.ToLower(string(sp.Protocol)))
+	}
 	table, err := kubeProxyTable(ctx, family)
 	if err != nil || table == nil {
 		return nil, err
@@ -437,6 +440,10 @@ func (c *Cluster) WaitProgrammedOf(t testing.TB, service string, port int32, fam
 			return
 		}
 		if time.Now().After(deadline) || t.Context().Err() != nil {
+			if c.cilium != nil {
+				t.Fatalf("cilium-agent did not program %s port %d (%s) to %v within a minute: its maps give new connections to %v (last error: %v); they hold:\n%s",
+					service, port, family, want, got, err, c.cilium.ciliumDump(context.Background()))
+			}
 			table, _ := kubeProxyTable(context.Background(), family)
 			if len(table) > 6000 {
 				table = table[:6000]

@@ -46,7 +46,18 @@ func writeSliceOf(t testing.TB, c *cluster.Cluster, ns, service, name string, fa
 // family (or of one), a RequireDualStack Service with a ClusterIP of each family, and kube-proxy
 // routing each ClusterIP from the slices of its family to the pods' addresses of that family.
 func TestADualStackClusterRoutesBothFamilies(t *testing.T) {
-	c := cluster.Start(t, cluster.Options{Nodes: twoZones, KubeProxy: true, DualStack: true})
+	dualStackClusterRoutesBothFamilies(t, cluster.Options{Nodes: twoZones, KubeProxy: true, DualStack: true})
+}
+
+// TestCiliumADualStackClusterRoutesBothFamilies is the same through a dual-stack cilium-agent
+// (IPv4 and IPv6 socket load balancing, native routing of both families).
+func TestCiliumADualStackClusterRoutesBothFamilies(t *testing.T) {
+	skipUnlessCilium(t)
+	dualStackClusterRoutesBothFamilies(t, cluster.Options{Nodes: twoZones, Cilium: true, DualStack: true})
+}
+
+func dualStackClusterRoutesBothFamilies(t *testing.T, opts cluster.Options) {
+	c := cluster.Start(t, opts)
 	require.True(t, c.DualStack())
 	ns := c.Env.CreateNamespaceForTest(t, "dual")
 

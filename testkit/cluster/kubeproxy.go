@@ -151,8 +151,8 @@ func (kp *kubeProxy) stop() error {
 // readers of kube-proxy's rules (ProgrammedEndpoints, ProgrammedEndpointsOf); it fails when the
 // cluster runs no kube-proxy.
 func (c *Cluster) programmedPort(ctx context.Context, service string, port int32) (types.NamespacedName, *corev1.Service, *corev1.ServicePort, error) {
-	if c.kubeProxy == nil {
-		return types.NamespacedName{}, nil, nil, errors.New("this cluster runs no kube-proxy (Options.KubeProxy)")
+	if c.kubeProxy == nil && c.cilium == nil {
+		return types.NamespacedName{}, nil, nil, errors.New("this cluster runs no kube-proxy (Options.KubeProxy) and no cilium-agent (Options.Cilium)")
 	}
 	key, err := splitKey(service)
 	if err != nil {
@@ -175,6 +175,7 @@ func (c *Cluster) programmedPort(ctx context.Context, service string, port int32
 }
 
 // ProgrammedEndpoints returns the endpoints ("ip:port", sorted) that kube-proxy's nftables rules
+// (with Options.Cilium: the slots of cilium-agent's BPF service map, see ciliumlb.go)
 // currently send NEW connections to for the Service "namespace/name" and its port number port,
 // from the cluster namespace (ClusterIP traffic, the internal traffic policy as seen by
 // kube-proxy's node). It reads kube-proxy's own rules, so it shows what kube-proxy made of the
@@ -189,6 +190,9 @@ func (c *Cluster) ProgrammedEndpoints(ctx context.Context, service string, port 
 		return nil, fmt.Errorf("service %s has no ClusterIP", service)
 	}
 	proto := strings.ToLower(string(sp.Protocol))
+	if c.cilium != nil {
+		return c.cilium.ciliumProgrammed(ctx, svc.Spec.ClusterIP, port, proto)
+	}
 	base := fmt.Sprintf("%s/%s/%s/%s", key.Namespace, key.Name, proto, sp.Name)
 	// `nft list chains <family> <table>` is newer than the nftables here: list the table.
 	table, err := exec.CommandContext(ctx, "nft", "list", "table", "ip", "kube-proxy").CombinedOutput()
@@ -237,7 +241,7 @@ func (c *Cluster) ProgrammedEndpoints(ctx context.Context, service string, port 
 	return eps, nil
 }
 
-// WaitProgrammed waits (up to a minute) until kube-proxy sends new connections for the
+// WaitProgrammed waits (up to a minute) until kube-proxy (or cilium-agent, Options.Cilium) sends new connections for the
 // Service "namespace/name" port to exactly the given pods (by address; no pods: to nobody).
 // Call it after writing EndpointSlices and before sending traffic.
 func (c *Cluster) WaitProgrammed(t testing.TB, service string, port int32, pods ...*Pod) {
@@ -262,6 +266,10 @@ func (c *Cluster) WaitProgrammed(t testing.TB, service string, port int32, pods 
 			return
 		}
 		if time.Now().After(deadline) || t.Context().Err() != nil {
+			if c.cilium != nil {
+				t.Fatalf("cilium-agent did not program %s port %d to %v within a minute: its maps give new connections to %v (last error: %v); they hold:\n%s",
+					service, port, want, last, lastErr, c.cilium.ciliumDump(context.Background()))
+			}
 			table, _ := exec.Command("nft", "list", "table", "ip", "kube-proxy").CombinedOutput()
 			if len(table) > 6000 {
 				table = table[:6000]

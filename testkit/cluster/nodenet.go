@@ -65,7 +65,12 @@ type nodeNet struct {
 	mu        sync.Mutex
 	api       *apiForwarder
 	kubeProxy *kubeProxy
+	// cilium is the node's cilium-agent instead of kube-proxy (Options.Cilium).
+	cilium *ciliumAgent
 }
+
+// ciliumBinaries are the agent's binaries and module folder (ciliumAssets).
+type ciliumBinaries struct{ bin, module string }
 
 func (nn *nodeNet) netnsPath() string { return filepath.Join(netnsDir, nn.netns) }
 
@@ -124,6 +129,12 @@ func (nn *nodeNet) remove() error {
 	nn.mu.Lock()
 	defer nn.mu.Unlock()
 	var errs []error
+	if nn.cilium != nil {
+		if err := nn.cilium.stop(); err != nil {
+			errs = append(errs, err)
+		}
+		nn.cilium = nil
+	}
 	if nn.kubeProxy != nil {
 		// Its nftables tables live in the node's namespace and go with it.
 		_ = nn.kubeProxy.proc.Stop() // a kube-proxy that had to be killed has still stopped
@@ -156,19 +167,24 @@ func (nn *nodeNet) remove() error {
 // its healthz answers 200 on the node's address. The API server listens on the cluster
 // namespace's loopback, so the node gets a forwarder on its own loopback at the same address
 // (the kubeconfig and the serving certificate stay valid).
-func (nn *nodeNet) startKubeProxy(ctx context.Context, env *controlplane.Env, out io.Writer) error {
+func (nn *nodeNet) startKubeProxy(ctx context.Context, env *controlplane.Env, out io.Writer, cilium *ciliumBinaries) error {
 	nn.mu.Lock()
 	defer nn.mu.Unlock()
-	bin, err := controlplane.Binary("kube-proxy")
-	if err != nil {
-		return err
-	}
 	u, err := url.Parse(env.APIServerURL())
 	if err != nil {
 		return fmt.Errorf("parsing the API server's address %q: %w", env.APIServerURL(), err)
 	}
 	if nn.api, err = startAPIForwarder(nn.netnsPath(), u.Host); err != nil {
 		return fmt.Errorf("node %s: %w", nn.node, err)
+	}
+	if cilium != nil {
+		node := NodeInfo{Node: Node{Name: nn.node}, IP: nn.ip}
+		nn.cilium, err = startCilium(ctx, env, node, ciliumPlace{netns: nn.netnsPath(), device: "eth0", moreDevices: []string{"swhp+"}}, cilium.module, cilium.bin, out)
+		return err
+	}
+	bin, err := controlplane.Binary("kube-proxy")
+	if err != nil {
+		return err
 	}
 	dir, err := tempDirs.make("swh-kube-proxy-" + nn.node + "-")
 	if err != nil {
@@ -213,7 +229,7 @@ func (nn *nodeNet) startKubeProxy(ctx context.Context, env *controlplane.Env, ou
 }
 
 // startNodeKubeProxies starts every node's kube-proxy side by side and waits for all of them.
-func (c *Cluster) startNodeKubeProxies(ctx context.Context, out io.Writer) error {
+func (c *Cluster) startNodeKubeProxies(ctx context.Context, out io.Writer, cilium *ciliumBinaries) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(c.Nodes))
 	for i, n := range c.Nodes {
@@ -221,7 +237,7 @@ func (c *Cluster) startNodeKubeProxies(ctx context.Context, out io.Writer) error
 		if nn == nil {
 			continue
 		}
-		wg.Go(func() { errs[i] = nn.startKubeProxy(ctx, c.Env, out) })
+		wg.Go(func() { errs[i] = nn.startKubeProxy(ctx, c.Env, out, cilium) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
@@ -286,7 +302,19 @@ func (p *Pod) createNetworkOnNode(nn *nodeNet) error {
 	}); err != nil {
 		return err
 	}
-	return ipBatch("", []string{"route add " + p.IP.String() + "/32 via " + node + " dev " + nn.link})
+	if err := ipBatch("", []string{"route add " + p.IP.String() + "/32 via " + node + " dev " + nn.link}); err != nil {
+		return err
+	}
+	nn.mu.Lock()
+	ca := nn.cilium
+	nn.mu.Unlock()
+	if ca != nil {
+		// The node's cilium-agent takes the pod's veth as a device (--devices swhp+) and
+		// attaches its host programs to it, which reverse-translate the pod's replies to node
+		// port traffic: wait for them before anything may send to the pod.
+		return waitTCXAttached(nn.netnsPath(), link, time.Minute)
+	}
+	return nil
 }
 
 // detachFromNode removes what createNetworkOnNode made outside the pod's namespace: the node end

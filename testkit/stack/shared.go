@@ -20,9 +20,14 @@ import (
 // zero Shared is ready for Main.
 type Shared struct {
 	opts Options
-	once sync.Once
-	s    *Stack
-	err  error
+	// mu guards started, s and err: the stack is started once, or again after release.
+	mu      sync.Mutex
+	started bool
+	s       *Stack
+	err     error
+	// other is the Shared of the other dataplane (MainDataplanes): the two share the cluster
+	// namespace, so Get stops the other's stack before it starts its own.
+	other *Shared
 	// inUse is held by the test that uses the stack, from Get to the test's end.
 	inUse sync.Mutex
 }
@@ -52,11 +57,22 @@ func Main(m *testing.M, opts Options, shared *Shared) {
 func (sh *Shared) Get(t testing.TB) *Stack {
 	t.Helper()
 	cluster.SkipUnlessIsolated(t)
-	sh.once.Do(func() {
+	if sh.opts.Cilium && !cluster.CiliumEnabled() {
+		t.Skipf("the Cilium dataplane runs in `make test-cilium` (%s=1)", cluster.CiliumEnv)
+	}
+	if sh.other != nil {
+		if err := sh.other.release(); err != nil {
+			t.Fatalf("stopping the other dataplane's stack: %v", err)
+		}
+	}
+	sh.mu.Lock()
+	if !sh.started {
+		sh.started = true
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
 		sh.s, sh.err = New(ctx, sh.opts)
-	})
+		cancel()
+	}
+	sh.mu.Unlock()
 	if errors.Is(sh.err, cluster.ErrNotRoot) {
 		t.Skipf("stack: %v", sh.err)
 	}
@@ -74,11 +90,44 @@ func (sh *Shared) Get(t testing.TB) *Stack {
 }
 
 func (sh *Shared) stop() error {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	if sh.s == nil {
 		return nil
 	}
-	if err := sh.s.Stop(); err != nil {
+	err := sh.s.Stop()
+	sh.s = nil
+	if err != nil {
 		return fmt.Errorf("stopping the shared stack: %w", err)
 	}
 	return nil
+}
+
+// release stops the stack once no test holds it, so that a later Get starts it again.
+func (sh *Shared) release() error {
+	sh.inUse.Lock()
+	defer sh.inUse.Unlock()
+	err := sh.stop()
+	sh.mu.Lock()
+	sh.started, sh.err = false, nil
+	sh.mu.Unlock()
+	return err
+}
+
+// MainDataplanes is Main for a package whose scenarios run on both dataplanes, the same test
+// code with the stack as a parameter: kubeProxy gets opts, cilium opts with Cilium set (its
+// tests skip unless cluster.CiliumEnabled; with NodeKubeProxies every node runs a cilium-agent). The two stacks share the cluster namespace, so only
+// one runs at a time: Get on one stops the other first (keep each dataplane's tests together,
+// so the switch happens once). Both are stopped after the tests.
+//
+//	var shared, sharedCilium stack.Shared
+//
+//	func TestMain(m *testing.M) { stack.MainDataplanes(m, stack.Options{}, &shared, &sharedCilium) }
+func MainDataplanes(m *testing.M, opts Options, kubeProxy, cilium *Shared) {
+	kubeProxy.opts = opts
+	ciliumOpts := opts
+	ciliumOpts.Cilium = true
+	cilium.opts = ciliumOpts
+	kubeProxy.other, cilium.other = cilium, kubeProxy
+	cluster.RunIsolated(m, kubeProxy.stop, cilium.stop)
 }

@@ -97,6 +97,10 @@ type Options struct {
 	// NodeKubeProxies instead of KubeProxy: every node its own network namespace and its own
 	// kube-proxy, for node ports and health check node ports (externalTrafficPolicy: Local).
 	NodeKubeProxies bool
+	// Cilium starts the cluster (when Cluster is nil) with cluster.Options Cilium instead of
+	// KubeProxy: a real cilium-agent is the cluster namespace's datapath (kube-proxy
+	// replacement). The tests that use it run in `make test-cilium` (cluster.CiliumEnabled).
+	Cilium bool
 	// Binaries are the programs to run instead of building HEAD's (Build): another release's,
 	// say. UsePrograms changes them for the runs that start later.
 	Binaries *Binaries
@@ -194,7 +198,10 @@ func New(ctx context.Context, opts Options) (s *Stack, err error) {
 		if nodes == nil {
 			nodes = []cluster.Node{{Name: "node-a", Zone: "zone-a"}, {Name: "node-b", Zone: "zone-b"}}
 		}
-		c, err := cluster.New(cluster.Options{Nodes: nodes, KubeProxy: !opts.NodeKubeProxies, NodeKubeProxies: opts.NodeKubeProxies, DualStack: opts.DualStack})
+		c, err := cluster.New(cluster.Options{
+			Nodes: nodes, KubeProxy: !opts.NodeKubeProxies && !opts.Cilium, NodeKubeProxies: opts.NodeKubeProxies,
+			DualStack: opts.DualStack, Cilium: opts.Cilium,
+		})
 		if err != nil {
 			return s, err
 		}

@@ -66,6 +66,9 @@ type Config struct {
 	// Nodes is "namespace" (default: pods are network namespaces the harness makes) or "real"
 	// (real kubelet nodes, testkit/realnode; IPv4 only): see real.go.
 	Nodes string
+	// Dataplane is "kube-proxy" (default) or "cilium": a real cilium-agent as the kube-proxy
+	// replacement (cluster.Options.Cilium; namespace nodes only).
+	Dataplane string
 	// Out receives the view and the progress lines.
 	Out io.Writer
 	// OnView, when set, receives every rendered view (tests).

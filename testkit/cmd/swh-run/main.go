@@ -8,7 +8,7 @@
 // docs/examples/, and a live view of what is published and what traffic through each Service's
 // ClusterIP sees. It runs until Ctrl-C and then removes everything it created.
 //
-//	swh-run [--exit-after-ready] [--socket PATH] [--plain] [--dual-stack=false] [--nodes real]   run the demo (root)
+//	swh-run [--exit-after-ready] [--socket PATH] [--plain] [--dual-stack=false] [--nodes real] [--dataplane cilium]   run the demo (root)
 //	swh-run ctl COMMAND [ARG]                                  break things from a second terminal
 //
 // See development/RUN.md.
@@ -79,6 +79,12 @@ func socketFromEnv() string {
 	return DefaultSocket
 }
 
+// Values of Config.Dataplane (--dataplane, make run DATAPLANE=...).
+const (
+	dataplaneKubeProxy = "kube-proxy"
+	dataplaneCilium    = "cilium"
+)
+
 func parse(args []string, out io.Writer) (Config, error) {
 	cfg := Config{}
 	fs := flag.NewFlagSet("swh-run", flag.ContinueOnError)
@@ -88,6 +94,7 @@ func parse(args []string, out io.Writer) (Config, error) {
 	fs.BoolVar(&cfg.Plain, "plain", false, "Print each changed view below the previous one instead of redrawing the screen (the default when stdout is not a terminal).")
 	fs.DurationVar(&cfg.Window, "window", 10*time.Second, "Rolling window of the traffic counts.")
 	fs.BoolVar(&cfg.DualStack, "dual-stack", true, "Make the demo cluster dual-stack (IPv4 and IPv6) and add the dual-stack example (docs/examples/dual-stack.yaml) with a traffic loop through each of its ClusterIPs; --dual-stack=false: IPv4 only.")
+	fs.StringVar(&cfg.Dataplane, "dataplane", dataplaneKubeProxy, "What routes the Services: kube-proxy (nftables) or cilium (a real cilium-agent as the kube-proxy replacement, built by tools/build.sh cilium; not with --nodes=real; make run DATAPLANE=cilium).")
 	fs.StringVar(&cfg.Nodes, "nodes", nodesNamespace, "Where the pods run: namespace (network namespaces the harness makes) or real (a kubelet and containerd per node, containers of local images; IPv4 only; make run NODES=real).")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -103,6 +110,15 @@ func parse(args []string, out io.Writer) (Config, error) {
 	}
 	if cfg.Window < time.Second {
 		return cfg, fmt.Errorf("--window %s: must be at least 1s", cfg.Window)
+	}
+	switch cfg.Dataplane {
+	case dataplaneKubeProxy:
+	case dataplaneCilium:
+		if cfg.Nodes == nodesReal {
+			return cfg, errors.New("--dataplane=cilium: not with --nodes=real (cilium-agent runs in the cluster namespace as the simulated nodes' datapath)")
+		}
+	default:
+		return cfg, fmt.Errorf("--dataplane %q: want kube-proxy or cilium", cfg.Dataplane)
 	}
 	switch cfg.Nodes {
 	case nodesNamespace:

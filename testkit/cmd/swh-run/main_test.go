@@ -239,6 +239,10 @@ func TestParse(t *testing.T) {
 		"an IPv4-only demo":                  {args: []string{"--dual-stack=false"}},
 		"a stray argument is an error":       {args: []string{"stop-smtp"}, want: `unexpected argument "stop-smtp" (the control commands are ` + "`swh-run ctl ...`)"},
 		"a window below a second is refused": {args: []string{"--window=100ms"}, want: "--window 100ms: must be at least 1s"},
+		"cilium as the dataplane":            {args: []string{"--dataplane=cilium"}},
+		"cilium, IPv4 only":                  {args: []string{"--dataplane=cilium", "--dual-stack=false"}},
+		"cilium not on real nodes":           {args: []string{"--dataplane=cilium", "--nodes=real"}, want: "--dataplane=cilium: not with --nodes=real (cilium-agent runs in the cluster namespace as the simulated nodes' datapath)"},
+		"an unknown dataplane is refused":    {args: []string{"--dataplane=calico"}, want: `--dataplane "calico": want kube-proxy or cilium`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -93,14 +93,14 @@ func (d *demo) answering(ctx context.Context, l *loop) (string, error) {
 	}
 	programmed, err := d.c.ProgrammedEndpointsOf(ctx, demoNamespace+"/"+l.service, l.port, family)
 	if err != nil {
-		return "", fmt.Errorf("reading kube-proxy's rules for %s: %w", l.service, err)
+		return "", fmt.Errorf("reading %s's rules for %s: %w", d.c.Dataplane(), l.service, err)
 	}
 	if !slices.Equal(programmed, published) {
 		has := "none"
 		if len(programmed) > 0 {
 			has = strings.Join(programmed, ", ")
 		}
-		return fmt.Sprintf("waiting for kube-proxy to route it to %s (it routes to %s)", strings.Join(published, ", "), has), nil
+		return fmt.Sprintf("waiting for %s to route it to %s (it routes to %s)", d.c.Dataplane(), strings.Join(published, ", "), has), nil
 	}
 	return "", nil
 }

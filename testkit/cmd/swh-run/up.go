@@ -34,13 +34,18 @@ func (d *demo) up(ctx context.Context) error {
 		return fmt.Errorf("building the programs: %w", err)
 	}
 	nodes := []cluster.Node{{Name: "node-a", Zone: "zone-a"}, {Name: "node-b", Zone: "zone-b"}}
-	if err := d.step("starting the API server, etcd, the nodes and kube-proxy", func() (string, error) {
-		c, err := cluster.New(cluster.Options{Nodes: nodes, KubeProxy: true, DualStack: d.cfg.DualStack})
+	cilium := d.cfg.Dataplane == dataplaneCilium
+	dataplane := "kube-proxy"
+	if cilium {
+		dataplane = "cilium-agent (the kube-proxy replacement)"
+	}
+	if err := d.step("starting the API server, etcd, the nodes and "+dataplane, func() (string, error) {
+		c, err := cluster.New(cluster.Options{Nodes: nodes, KubeProxy: !cilium, Cilium: cilium, DualStack: d.cfg.DualStack})
 		if err != nil {
 			return "", fmt.Errorf("starting the cluster: %w", err)
 		}
 		d.cluster, d.c = c, c
-		return fmt.Sprintf("started the API server, etcd, nodes %s and kube-proxy", strings.Join(d.nodeNames(), ", ")), nil
+		return fmt.Sprintf("started the API server, etcd, nodes %s and %s", strings.Join(d.nodeNames(), ", "), dataplane), nil
 	}); err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
 	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
 
@@ -60,8 +61,14 @@ func TestARequireDualStackResourceIsReachedOverIPv4AndIPv6(t *testing.T) {
 // probes a pod), and the verdict holds for every address of the pod. Web traffic through both
 // ClusterIPs goes on with zero failures while the SMTP server of one pod is down, and SMTP
 // through both ClusterIPs reaches the other pod only, with zero failures once it is withdrawn.
+//
+// The same scenario runs on Cilium (TestCiliumAFailingPortWithdrawsThePodFromThatPortInBothFamilies).
 func TestAFailingPortWithdrawsThePodFromThatPortInBothFamilies(t *testing.T) {
-	s := shared.Get(t)
+	failingPortWithdrawsThePodInBothFamilies(t, shared.Get(t))
+}
+
+// failingPortWithdrawsThePodInBothFamilies is the failing-port scenario on the stack's dataplane.
+func failingPortWithdrawsThePodInBothFamilies(t *testing.T, s *stack.Stack) {
 	c := s.Cluster
 	ns := c.Env.CreateNamespaceForTest(t, "vm")
 	labels := map[string]string{"vm": "mail"}

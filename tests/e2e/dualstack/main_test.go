@@ -22,17 +22,18 @@ import (
 )
 
 // shared is one dual-stack stack (API server, nodes node-a and node-b, kube-proxy, two
-// controllers, two agents) for the tests.
-var shared stack.Shared
+// controllers, two agents) for the tests. sharedCilium is the same with a dual-stack
+// cilium-agent instead of kube-proxy (cilium_test.go); only one of the two runs at a time.
+var shared, sharedCilium stack.Shared
 
 // TestMain isolates the binary, stops the shared stack after the tests and fails the package if
 // they leave anything. The agent-lost grace is longer than the stack's default: the upgrade
 // scenario stops an agent for a moment, and nothing here is about withdrawing a lost agent's
 // endpoints.
 func TestMain(m *testing.M) {
-	stack.Main(m, stack.Options{
+	stack.MainDataplanes(m, stack.Options{
 		Nodes:          []cluster.Node{{Name: "node-a", Zone: "zone-a"}, {Name: "node-b", Zone: "zone-b"}},
 		DualStack:      true,
 		AgentLostGrace: 30 * time.Second,
-	}, &shared)
+	}, &shared, &sharedCilium)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
 	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
 
@@ -33,8 +34,14 @@ const preStop = 3 * bound
 // before the drain completes its next request on the draining pod; a request loop through the
 // load balancer loses no request across the drain and the stop, and after the load balancer
 // left node-a every request goes to node-b; node-b passes throughout.
+//
+// The same scenario runs on Cilium (TestCiliumALoadBalancerLeavesADrainingNodeBeforeItsPodStops).
 func TestALoadBalancerLeavesADrainingNodeBeforeItsPodStops(t *testing.T) {
-	s := shared.Get(t)
+	loadBalancerLeavesADrainingNode(t, shared.Get(t))
+}
+
+// loadBalancerLeavesADrainingNode is the drain scenario on the stack's dataplane.
+func loadBalancerLeavesADrainingNode(t *testing.T, s *stack.Stack) {
 	c := s.Cluster
 	sc := newScene(t, s, "drain")
 	nodeA := net.JoinHostPort(nodeAddr(c, "node-a"), strconv.Itoa(int(sc.nodePort)))
@@ -62,8 +69,8 @@ func TestALoadBalancerLeavesADrainingNodeBeforeItsPodStops(t *testing.T) {
 	first, _ := sc.lb.Checks("node-a").Since(draining).FirstNotOK()
 	unhealthyAt := answeredAt(first)
 	assert.Equal(t, 503, first.Status, "node-a answers 503: %s", first)
-	assert.Equal(t, 0, first.LocalEndpoints, "kube-proxy on node-a counts no ready local endpoint: %s", first)
-	assert.True(t, first.ServiceProxyHealthy)
+	assert.Equal(t, 0, first.LocalEndpoints, "node-a's %s counts no ready local endpoint: %s", c.Dataplane(), first)
+	assertProxyHealthy(t, c, first)
 	require.Eventually(t, func() bool { return !sc.lb.Healthy("node-a") }, waitFor, poll, "the load balancer leaves node-a")
 	changes := sc.lb.Changes("node-a")
 	leftAt := changes[len(changes)-1].At

@@ -29,14 +29,16 @@ import (
 )
 
 // shared is one stack (API server, nodes node-a and node-b with their own kube-proxies, two
-// controllers, two agents) for the tests; each uses its own Kubernetes namespace.
-var shared stack.Shared
+// controllers, two agents) for the tests; each uses its own Kubernetes namespace. sharedCilium
+// is the same with a cilium-agent on every node instead of its kube-proxy (cilium_test.go);
+// only one of the two runs at a time.
+var shared, sharedCilium stack.Shared
 
 // TestMain isolates the binary (own network, mount and PID namespaces), stops the shared stack
 // after the tests and fails the package if they leave anything.
 func TestMain(m *testing.M) {
-	stack.Main(m, stack.Options{
+	stack.MainDataplanes(m, stack.Options{
 		Nodes:           []cluster.Node{{Name: "node-a", Zone: "zone-a"}, {Name: "node-b", Zone: "zone-b"}},
 		NodeKubeProxies: true,
-	}, &shared)
+	}, &shared, &sharedCilium)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
 	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
 
@@ -20,8 +21,14 @@ import (
 // answers its healthCheckNodePort with 503 and localEndpoints 0 within three times the
 // decision bound, while node-b answers 200 with localEndpoints 1 throughout and a request loop
 // through node-b's node port loses nothing. When the pod recovers, node-a passes again.
+//
+// The same scenario runs on Cilium (TestCiliumANodeWhosePodFailsItsProbeFailsItsHealthCheckWithinTheBound).
 func TestANodeWhosePodFailsItsProbeFailsItsHealthCheckWithinTheBound(t *testing.T) {
-	s := shared.Get(t)
+	nodeFailsItsHealthCheck(t, shared.Get(t))
+}
+
+// nodeFailsItsHealthCheck is the probe-failure scenario on the stack's dataplane.
+func nodeFailsItsHealthCheck(t *testing.T, s *stack.Stack) {
 	c := s.Cluster
 	sc := newScene(t, s, "probe")
 	loop := c.Traffic(t, cluster.TrafficOptions{Address: nodeAddr(c, "node-b"), Port: sc.nodePort, Duration: loopFor})
@@ -35,7 +42,7 @@ func TestANodeWhosePodFailsItsProbeFailsItsHealthCheckWithinTheBound(t *testing.
 	unhealthyAfter := answeredAt(first).Sub(failing)
 	assert.Equal(t, http.StatusServiceUnavailable, first.Status, "node-a answers 503: %s", first)
 	assert.Equal(t, 0, first.LocalEndpoints, "kube-proxy on node-a counts no local endpoint: %s", first)
-	assert.True(t, first.ServiceProxyHealthy, "kube-proxy itself is healthy: the endpoints decided")
+	assertProxyHealthy(t, c, first)
 	assert.LessOrEqual(t, unhealthyAfter, 3*bound, "node-a answers 503 within 3 × (periodSeconds × failureThreshold + timeoutSeconds + 1 s) = %s", 3*bound)
 	kit.EventuallyEndpoints(t, c, sc.ns, sc.name, map[string]map[string]string{
 		"web-http-node-a": {ip(sc.a): "FFF"},

@@ -69,8 +69,25 @@ var webPorts = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protoc
 // stays, and kube-proxy sends every new connection to the pod on node-a. The server on node-b
 // keeps answering throughout (checked directly), so it is the slice's removal, not a failing
 // probe, that moves the traffic; and no request of the loop fails.
+//
+// TestCiliumADeletedNodesSlicesGoAndTrafficMovesToTheOtherNode runs the same with a real
+// cilium-agent instead of kube-proxy.
 func TestADeletedNodesSlicesGoAndTrafficMovesToTheOtherNode(t *testing.T) {
-	s := stack.Start(t, stack.Options{})
+	deletedNodesSlicesGo(t, stack.Options{})
+}
+
+// TestCiliumADeletedNodesSlicesGoAndTrafficMovesToTheOtherNode is scenario 7 on Cilium's
+// dataplane (`make test-cilium`; skipped elsewhere).
+func TestCiliumADeletedNodesSlicesGoAndTrafficMovesToTheOtherNode(t *testing.T) {
+	if !cluster.CiliumEnabled() {
+		t.Skipf("the Cilium dataplane runs in `make test-cilium` (%s=1)", cluster.CiliumEnv)
+	}
+	deletedNodesSlicesGo(t, stack.Options{Cilium: true})
+}
+
+// deletedNodesSlicesGo is scenario 7 on a stack started with opts.
+func deletedNodesSlicesGo(t *testing.T, opts stack.Options) {
+	s := stack.Start(t, opts)
 	c := s.Cluster
 	ns := c.Env.CreateNamespaceForTest(t, "nodes")
 	labels := map[string]string{"app": "web"}
@@ -108,8 +125,8 @@ func TestADeletedNodesSlicesGoAndTrafficMovesToTheOtherNode(t *testing.T) {
 	assert.True(t, srvB.Running())
 	direct := c.Requests(t, cluster.TrafficOptions{Address: webB.IP.String(), Port: 8080, Count: 3})
 	assert.Equal(t, map[string]int{webB.Key(): 3}, direct.ByPod(), "node-b's server still answers directly: %s", direct)
-	t.Logf("node-b deleted: its slice gone %v after DeleteNode began, kube-proxy routed only to node-a %v after; requests: %d before, %d after, %d failed",
-		slicesGone.Sub(deleting).Round(time.Millisecond), moved.Sub(deleting).Round(time.Millisecond), len(before), len(after), len(res.Failed()))
+	t.Logf("node-b deleted: its slice gone %v after DeleteNode began, %s routed only to node-a %v after; requests: %d before, %d after, %d failed",
+		slicesGone.Sub(deleting).Round(time.Millisecond), c.Dataplane(), moved.Sub(deleting).Round(time.Millisecond), len(before), len(after), len(res.Failed()))
 }
 
 // eventuallySlices waits until the resource's slices are exactly the named ones, each with the

@@ -27,11 +27,13 @@ import (
 
 // shared is one stack (API server, nodes node-a and node-b, kube-proxy, two controllers, two
 // agents) for the tests and the benchmark; each uses its own Kubernetes namespace and servers.
-var shared stack.Shared
+// sharedCilium is the same with a real cilium-agent instead of kube-proxy (cilium_test.go);
+// only one of the two runs at a time.
+var shared, sharedCilium stack.Shared
 
-// TestMain isolates the binary (own network, mount and PID namespaces), stops the shared stack
+// TestMain isolates the binary (own network, mount and PID namespaces), stops the shared stacks
 // after the tests and fails the package if they leave anything.
-func TestMain(m *testing.M) { stack.Main(m, stack.Options{}, &shared) }
+func TestMain(m *testing.M) { stack.MainDataplanes(m, stack.Options{}, &shared, &sharedCilium) }
 
 // testStack returns the shared stack, started by the first test that needs it; it skips the
 // test without root (network namespaces, nftables and PostgreSQL's runuser need it).

@@ -14,6 +14,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
 	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
 
@@ -23,8 +24,14 @@ import (
 // later removed. While terminating, the old pod keeps passing its probes and is published as
 // ready=false, serving=true, terminating=true (DESIGN §3), so kube-proxy sends new connections
 // only to the new pod. A steady request loop across the whole replacement sees zero failures.
+//
+// The same scenario runs on Cilium (TestCiliumAPodReplacedWithAGracefulDrainLosesNoRequest).
 func TestAPodReplacedWithAGracefulDrainLosesNoRequest(t *testing.T) {
-	s := testStack(t)
+	gracefulReplacementLosesNoRequest(t, testStack(t))
+}
+
+// gracefulReplacementLosesNoRequest is scenario 4 on the stack's dataplane.
+func gracefulReplacementLosesNoRequest(t *testing.T, s *stack.Stack) {
 	c := s.Cluster
 	ns := c.Env.CreateNamespaceForTest(t, "drain")
 	labels := map[string]string{"app": "shop"}

@@ -19,6 +19,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
 	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
 
@@ -27,8 +28,14 @@ import (
 // serving=true, terminating=true (the triple kube-proxy and Cilium read alike): kube-proxy gives
 // it no new connection while the other pod is ready, and a connection opened before the drain
 // keeps working on it. A request loop across the drain and the undrain loses nothing.
+//
+// The same scenario runs on Cilium (TestCiliumDrainAnnotationLosesNoRequestAndKeepsConnections).
 func TestDrainAnnotationLosesNoRequestAndKeepsConnections(t *testing.T) {
-	s := testStack(t)
+	drainAnnotationLosesNoRequest(t, testStack(t))
+}
+
+// drainAnnotationLosesNoRequest is the per-pod drain scenario on the stack's dataplane.
+func drainAnnotationLosesNoRequest(t *testing.T, s *stack.Stack) {
 	c := s.Cluster
 	ns := c.Env.CreateNamespaceForTest(t, "drain-annotation")
 	labels := map[string]string{"app": "web"}

@@ -22,15 +22,17 @@ import (
 )
 
 // shared is one stack (API server, nodes node-a and node-b, kube-proxy, two controllers, two
-// agents) for the tests; each test uses its own Kubernetes namespace.
-var shared stack.Shared
+// agents) for the tests; each test uses its own Kubernetes namespace. sharedCilium is the same
+// with a real cilium-agent instead of kube-proxy, for the TestCilium... scenarios (cilium_test.go);
+// only one of the two runs at a time.
+var shared, sharedCilium stack.Shared
 
 // TestMain isolates the binary (own network, mount and PID namespaces), stops the shared stack
 // after the tests and fails the package if they leave anything.
 func TestMain(m *testing.M) {
-	stack.Main(m, stack.Options{
+	stack.MainDataplanes(m, stack.Options{
 		Nodes: []cluster.Node{{Name: "node-a", Zone: "zone-a"}, {Name: "node-b", Zone: "zone-b"}},
-	}, &shared)
+	}, &shared, &sharedCilium)
 }
 
 // testStack returns the shared stack, started by the first test that needs it; it skips the
@@ -39,4 +41,11 @@ func TestMain(m *testing.M) {
 func testStack(t *testing.T) *stack.Stack {
 	t.Helper()
 	return shared.Get(t)
+}
+
+// ciliumStack is testStack with cilium-agent as the dataplane; it skips the test unless
+// `make test-cilium` runs it (cluster.CiliumEnv) and stops the kube-proxy stack first.
+func ciliumStack(t *testing.T) *stack.Stack {
+	t.Helper()
+	return sharedCilium.Get(t)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
 	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
 
@@ -22,8 +23,14 @@ import (
 // pods nor the one whose probe fails flip). The events did happen: new PIDs, a new leader
 // holding the election Lease, new agents that probed again, and each window spans a full
 // agent-lost grace, the time after which a missed renewal would have withdrawn a node.
+//
+// The same scenario runs on Cilium (TestCiliumRestartsAndALeaderChangeChangeNothingForTraffic).
 func TestRestartsAndALeaderChangeChangeNothingForTraffic(t *testing.T) {
-	s := testStack(t)
+	restartsChangeNothingForTraffic(t, testStack(t))
+}
+
+// restartsChangeNothingForTraffic is scenario 5 on the stack's dataplane.
+func restartsChangeNothingForTraffic(t *testing.T, s *stack.Stack) {
 	c := s.Cluster
 	ns := c.Env.CreateNamespaceForTest(t, "restarts")
 	labels := map[string]string{"app": "web"}

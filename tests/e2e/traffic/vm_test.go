@@ -15,6 +15,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
+	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
 	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
 
@@ -23,8 +24,14 @@ import (
 // kube-proxy stops routing to it and SMTP requests through the ClusterIP fail — while web
 // requests through the same ClusterIP to the same pod go on with zero failures, across the
 // outage and the recovery.
+//
+// The same scenario runs on Cilium (TestCiliumTheVMPodKeepsItsWebTrafficWhenSMTPStops).
 func TestTheVMPodKeepsItsWebTrafficWhenSMTPStops(t *testing.T) {
-	s := testStack(t)
+	vmPodKeepsItsWebTraffic(t, testStack(t))
+}
+
+// vmPodKeepsItsWebTraffic is scenario 3 on the stack's dataplane.
+func vmPodKeepsItsWebTraffic(t *testing.T, s *stack.Stack) {
 	c := s.Cluster
 	ns := c.Env.CreateNamespaceForTest(t, "vm")
 	labels := map[string]string{"vm": "mail-1"}
