@@ -372,9 +372,11 @@ func writeResource(b *strings.Builder, r *ResourceView, sums []Summary) {
 }
 
 // resourceReady: every pod that should serve the port does, and the traffic of the last window
-// had no failure, through every ClusterIP that has a loop. Of db-write only the primary should
-// be in.
+// had no failure and was answered by every pod the view shows in, through every ClusterIP that
+// has a loop (a loop starts counting once the dataplane routes to the pods published so far,
+// which may be one of them). Of db-write only the primary should be in.
 func resourceReady(r *ResourceView, sums []Summary) bool {
+	var in []string
 	for _, p := range r.Ports {
 		want := len(p.Pods)
 		if r.Name == "db-write" || r.Name == "mysql-db-write" {
@@ -383,6 +385,11 @@ func resourceReady(r *ResourceView, sums []Summary) bool {
 		if want == 0 || p.Ready != want {
 			return false
 		}
+		for _, pod := range p.Pods {
+			if pod.In {
+				in = append(in, pod.Pod)
+			}
+		}
 	}
 	if len(sums) == 0 {
 		return false
@@ -390,6 +397,11 @@ func resourceReady(r *ResourceView, sums []Summary) bool {
 	for _, sum := range sums {
 		if sum.CountFrom.IsZero() || sum.OK < 5 || sum.Failed != 0 {
 			return false
+		}
+		for _, pod := range in {
+			if sum.ByPod[demoNamespace+"/"+pod] == 0 {
+				return false
+			}
 		}
 	}
 	return true
