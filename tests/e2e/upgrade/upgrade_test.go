@@ -159,7 +159,7 @@ func upgradeAndRollback(t *testing.T, prev builtRelease) {
 	// The operator's manifests follow the docs: HEAD's example (any field it uses that the
 	// previous release lacks is now stored).
 	require.NoError(t, s.ApplyFile(ctx, ns, filepath.Join(head.ExampleDir, exampleFile)))
-	storedNew := newFieldsStored(t, statusMon, ports, added)
+	storedNew := newFieldsStored(t, c, ns, filepath.Join(head.ExampleDir, exampleFile), ports, added)
 
 	down := replace(t, s, "rollback to v"+prev.Version, old, head, targets)
 	waitAfter(t, loops, down.To.Add(agentLostGrace))
@@ -431,21 +431,37 @@ func exe(t *testing.T, pid int) string {
 	return path
 }
 
-// newFieldsStored waits until the monitor has seen HEAD's example applied, and returns which
-// added fields (version:path) every resource now stores.
-func newFieldsStored(t *testing.T, statusMon *statusMonitor, ports []servicePort, added []string) map[string][]string {
+// newFieldsStored reads every resource from the API server after HEAD's example was applied
+// (a read after the write: it sees it) and returns which added fields (version:path) each
+// stores. Every added field HEAD's example sets must be stored: otherwise the rollback would
+// check nothing of what the later releases added.
+func newFieldsStored(t *testing.T, c *cluster.Cluster, ns, example string, ports []servicePort, added []string) map[string][]string {
 	t.Helper()
-	out := map[string][]string{}
-	for _, p := range ports {
-		u := statusMon.Current(p.Resource)
-		require.NotNil(t, u)
+	data, err := os.ReadFile(example)
+	require.NoError(t, err)
+	objs, err := stack.DecodeYAML(data)
+	require.NoError(t, err)
+	inExample := map[string][]string{}
+	for _, o := range objs {
 		for _, f := range added {
-			if _, path, _ := strings.Cut(f, ":"); hasPath(u.Object, splitPath(path)) {
-				out[p.Resource] = append(out[p.Resource], path)
+			if _, path, _ := strings.Cut(f, ":"); hasPath(o.Object, splitPath(path)) {
+				inExample[o.GetName()] = append(inExample[o.GetName()], path)
 			}
 		}
 	}
-	t.Logf("fields of HEAD's CRD stored before the rollback: %v", out)
+	out := map[string][]string{}
+	for _, name := range resourcesOf(ports) {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(resourceListGVK.GroupVersion().WithKind("ServiceWithHealthchecks"))
+		require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, u))
+		for _, f := range added {
+			if _, path, _ := strings.Cut(f, ":"); hasPath(u.Object, splitPath(path)) {
+				out[name] = append(out[name], path)
+			}
+		}
+		assert.Subset(t, out[name], inExample[name], "%s stores the added fields HEAD's example sets", name)
+	}
+	t.Logf("fields of HEAD's CRD stored before the rollback: %v (HEAD's example sets %v)", out, inExample)
 	return out
 }
 
