@@ -12,41 +12,57 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
+	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
 	"github.com/deckhouse/service-with-healthchecks/testkit/grpchealth"
+	"github.com/deckhouse/service-with-healthchecks/testkit/mariadb"
 	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
+	"github.com/deckhouse/service-with-healthchecks/tests/internal/bundle"
 	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
 )
 
-// grpcField is the CRD field of the GRPC probe mode: a release whose CRD lacks it does not know
-// the mode.
-const grpcField = "v1alpha1:spec.healthcheck.probes[].grpc"
+// The CRD fields of the GRPC and MySQL probe modes: a release whose CRD lacks them does not
+// know the modes.
+const (
+	grpcField  = "v1alpha1:spec.healthcheck.probes[].grpc"
+	mysqlField = "v1alpha1:spec.healthcheck.probes[].mySQL"
+)
 
-// TestRollbackToAReleaseWithoutTheGRPCModeAndThePlatformOperatorsWay starts HEAD (its CRD,
-// chart RBAC and policies, programs as their ServiceAccounts) with a resource whose pods serve
-// HTTP on 8080 (port web, HTTP probe) and gRPC health on 9090 (port grpc, GRPC probe), and a
-// request loop through web's ClusterIP. Then, with the oldest release that lacks the GRPC mode
-// (docs/UPGRADE.md, "From v0.2.0 back to v0.1.0"):
+// The MySQL probe's account (docs/EXAMPLES.md's) and its credential Secret.
+const (
+	mysqlUser, mysqlPassword = "swh_probe", "change-me"
+	mysqlSecret              = "mysql-probe-credentials"
+)
+
+// TestRollbackToAReleaseWithoutTheGRPCAndMySQLModesAndThePlatformOperatorsWay starts HEAD (its
+// CRD, chart RBAC and policies, programs as their ServiceAccounts) with a resource whose pods
+// serve HTTP on 8080 (port web, HTTP probe), gRPC health on 9090 (port grpc, GRPC probe) and a
+// real MariaDB on 3306 (port db, MySQL probe with a credential Secret the chart's RBAC lets the
+// agents read), and request loops through the ClusterIP of web (HTTP) and db (MySQL logins).
+// Then, with the oldest release that lacks both modes (docs/UPGRADE.md, "From v0.2.0 back to
+// v0.1.0"):
 //
-//  1. a rollback with the GRPC probe in place: the older agent publishes every port of every pod
-//     not ready — web too, whose own HTTP probe passes — and the loop fails (what the document
-//     warns of, observed);
-//  2. upgraded again and the GRPC probe written back, the documented way: the GRPC probe
-//     replaced by a TCP probe on the same port while HEAD runs, then the rollback: zero failed
-//     requests from the start of the rollback until one agentLostGrace after it, and every pod
-//     ready on both ports after it.
-func TestRollbackToAReleaseWithoutTheGRPCModeAndThePlatformOperatorsWay(t *testing.T) {
+//  1. a rollback with the GRPC and MySQL probes in place: the older agent publishes every port
+//     of every pod not ready — web too, whose own HTTP probe passes — and the loops fail (what
+//     the document warns of, observed);
+//  2. upgraded again and the probes written back, the documented way: the GRPC and MySQL probes
+//     replaced by TCP probes on the same ports while HEAD runs, then the rollback: zero failed
+//     requests in both loops from the start of the rollback until one agentLostGrace after it,
+//     and every pod ready on every port after it.
+func TestRollbackToAReleaseWithoutTheGRPCAndMySQLModesAndThePlatformOperatorsWay(t *testing.T) {
 	cluster.SkipUnlessIsolated(t)
 	all := sources(t)
 	prev := all[len(all)-1]
 	old, head := versions(t, prev)
-	if !slices.Contains(addedSpecFields(t, old.CRD, head.CRD), grpcField) {
-		t.Skipf("the oldest release v%s knows the GRPC probe mode: no release to roll back to lacks it", prev.Version)
+	added := addedSpecFields(t, old.CRD, head.CRD)
+	if !slices.Contains(added, grpcField) || !slices.Contains(added, mysqlField) {
+		t.Skipf("the oldest release v%s knows the GRPC or the MySQL probe mode (HEAD adds %v): no release to roll back to lacks both", prev.Version, added)
 	}
 	tm := e2e.Timing{PeriodSeconds: 1, FailureThreshold: 2, MinInWindow: minInWindow, WaitFor: 2 * time.Minute, Poll: 100 * time.Millisecond}
 
@@ -62,51 +78,80 @@ func TestRollbackToAReleaseWithoutTheGRPCModeAndThePlatformOperatorsWay(t *testi
 		Kubeconfigs: func(program string) string { return kubeconfigs[program] }})
 	ctx := t.Context()
 	ns := c.Env.CreateNamespaceForTest(t, "rollback-grpc")
+	// What the chart's credential hook renders for the resource's Secret: a Role that lets the
+	// agents read it (left in place by the replacements below, which apply the charts without it).
+	credValues, err := chartValues(bundle.CredentialSecrets(bundle.NamespaceNames{Namespace: ns, Names: []string{mysqlSecret}}))
+	require.NoError(t, err)
+	root, err := bundle.Root()
+	require.NoError(t, err)
+	headCreds, err := chartAccess(root, credValues)
+	require.NoError(t, err)
+	applyAccess(t, c, headCreds, nil)
+	require.NoError(t, c.Env.Client.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: mysqlSecret},
+		Type:       corev1.SecretType(wellknown.SecretTypeMySQLCredentials),
+		StringData: map[string]string{"user": mysqlUser, "password": mysqlPassword, "tlsMode": "Disabled"},
+	}))
 	var pods []*cluster.Pod
-	for _, n := range c.Nodes {
+	for i, n := range c.Nodes {
 		p := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "app-" + n.Name, Node: n.Name, Labels: map[string]string{"app": "app"},
-			ContainerPorts: []corev1.ContainerPort{{Name: "web", ContainerPort: 8080}, {Name: "grpc", ContainerPort: 9090}}})
+			ContainerPorts: []corev1.ContainerPort{{Name: "web", ContainerPort: 8080}, {Name: "grpc", ContainerPort: 9090}, {Name: "db", ContainerPort: 3306}}})
 		p.ServeHTTP(t, 8080)
 		serveGRPCHealth(t, p)
+		db := mariadb.StartForTest(t, p.MariaDBOptions(mariadb.Options{ServerID: i + 1}))
+		require.NoError(t, db.CreateUser(ctx, mysqlUser, mysqlPassword))
 		pods = append(pods, p)
 	}
+	httpProbe := tm.HTTPProbe(intstr.FromInt32(8080))
 	grpcProbe := v1alpha1.Probe{Mode: v1alpha1.ProbeModeGRPC, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: tm.FailureThreshold,
 		GRPC: &v1alpha1.GRPCProbe{TargetPort: intstr.FromInt32(9090)}}
-	ports := []v1alpha1.ServicePort{e2e.ServicePort("web", 80, intstr.FromInt32(8080)), e2e.ServicePort("grpc", 9090, intstr.FromInt32(9090))}
-	res := tm.Resource(ns, "app", map[string]string{"app": "app"}, ports, tm.HTTPProbe(intstr.FromInt32(8080)), grpcProbe)
+	mysqlProbe := v1alpha1.Probe{Mode: v1alpha1.ProbeModeMySQL, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: tm.FailureThreshold,
+		MySQL: &v1alpha1.MySQLProbe{TargetPort: intstr.FromInt32(3306), Query: "SELECT 1", AuthSecretName: mysqlSecret}}
+	ports := []v1alpha1.ServicePort{e2e.ServicePort("web", 80, intstr.FromInt32(8080)), e2e.ServicePort("grpc", 9090, intstr.FromInt32(9090)),
+		e2e.ServicePort("db", 3306, intstr.FromInt32(3306))}
+	res := tm.Resource(ns, "app", map[string]string{"app": "app"}, ports, httpProbe, grpcProbe, mysqlProbe)
 	require.NoError(t, c.Env.Client.Create(ctx, res))
-	requireAllEndpoints(t, tm, c, ns, pods, "TTF")
+	requireAllEndpoints(t, tm, c, ns, pods, len(ports), "TTF")
 	c.WaitProgrammed(t, ns+"/app", 80, pods...)
+	c.WaitProgrammed(t, ns+"/app", 3306, pods...)
 
-	loop := c.Traffic(t, cluster.TrafficOptions{Service: ns + "/app", Port: 80, Protocol: cluster.HTTP, Duration: loopFor})
-	waitAfter(t, map[string]*cluster.Traffic{"web": loop}, time.Now())
+	login := &cluster.MySQLLogin{User: mysqlUser, Password: mysqlPassword}
+	loops := map[string]*cluster.Traffic{
+		"web": c.Traffic(t, cluster.TrafficOptions{Service: ns + "/app", Port: 80, Protocol: cluster.HTTP, Duration: loopFor}),
+		"db":  c.Traffic(t, cluster.TrafficOptions{Service: ns + "/app", Port: 3306, Protocol: cluster.MySQL, MySQL: login, Duration: loopFor}),
+	}
+	waitAfter(t, loops, time.Now())
 
 	// 1. The rollback the document warns of. The older agent runs only the HTTP probe (one
-	// target per node): the GRPC probe is not runnable there.
-	bad := replace(t, s, "rollback to v"+prev.Version+" with a GRPC probe", old, head, 1)
-	requireAllEndpoints(t, tm, c, ns, pods, "FFF")
-	waitAfter(t, map[string]*cluster.Traffic{"web": loop}, time.Now())
-	failedBad := loop.Results().Since(bad.From).Failed()
-	assert.NotEmpty(t, failedBad, "v%s takes the pods of a resource with a GRPC probe out of traffic, web included", prev.Version)
-	t.Logf("rollback with the GRPC probe: %d failed requests on web from %s", len(failedBad), bad.From.Format("15:04:05.000"))
+	// target per node): the GRPC and MySQL probes are not runnable there.
+	bad := replace(t, s, "rollback to v"+prev.Version+" with GRPC and MySQL probes", old, head, 1)
+	requireAllEndpoints(t, tm, c, ns, pods, len(ports), "FFF")
+	waitAfter(t, loops, time.Now())
+	for name, l := range loops {
+		failed := l.Results().Since(bad.From).Failed()
+		assert.NotEmpty(t, failed, "%s: v%s takes the pods of a resource with GRPC and MySQL probes out of traffic", name, prev.Version)
+		t.Logf("%s: %d failed requests since the %s at %s", name, len(failed), bad.Name, bad.From.Format("15:04:05.000"))
+	}
 
-	// 2. Back to HEAD, the GRPC probe written again (the older controller's status writes
-	// dropped its section), then the documented way.
+	// 2. Back to HEAD, the probes written again (the older controller's status writes dropped
+	// their sections), then the documented way.
 	replace(t, s, "upgrade to HEAD again", head, old, 1)
-	setProbes(t, c, ns, "app", tm.HTTPProbe(intstr.FromInt32(8080)), grpcProbe)
-	requireAllEndpoints(t, tm, c, ns, pods, "TTF")
+	setProbes(t, c, ns, "app", httpProbe, grpcProbe, mysqlProbe)
+	requireAllEndpoints(t, tm, c, ns, pods, len(ports), "TTF")
 	c.WaitProgrammed(t, ns+"/app", 80, pods...)
-	waitAfter(t, map[string]*cluster.Traffic{"web": loop}, time.Now())
-	setProbes(t, c, ns, "app", tm.HTTPProbe(intstr.FromInt32(8080)), tm.TCPProbe(intstr.FromInt32(9090)))
-	requireAllEndpoints(t, tm, c, ns, pods, "TTF")
-	good := replace(t, s, "rollback to v"+prev.Version+" after replacing the GRPC probe by TCP", old, head, 2)
-	waitAfter(t, map[string]*cluster.Traffic{"web": loop}, good.To.Add(agentLostGrace))
-	requireAllEndpoints(t, tm, c, ns, pods, "TTF")
-	results := loop.Stop()
-	in := tm.RequireWindow(t, results, "web "+good.Name, good.From, good.To.Add(agentLostGrace))
-	assert.Empty(t, in.Failed(), "web: failed requests during the %s: %s", good.Name, e2e.Failures(in))
-	assert.Len(t, in.ByPod(), len(pods), "web: every pod answered during the %s: %v", good.Name, in.ByPod())
-	t.Logf("web during the %s: %s", good.Name, in)
+	c.WaitProgrammed(t, ns+"/app", 3306, pods...)
+	waitAfter(t, loops, time.Now())
+	setProbes(t, c, ns, "app", httpProbe, tm.TCPProbe(intstr.FromInt32(9090)), tm.TCPProbe(intstr.FromInt32(3306)))
+	requireAllEndpoints(t, tm, c, ns, pods, len(ports), "TTF")
+	good := replace(t, s, "rollback to v"+prev.Version+" after replacing the GRPC and MySQL probes by TCP", old, head, len(ports))
+	waitAfter(t, loops, good.To.Add(agentLostGrace))
+	requireAllEndpoints(t, tm, c, ns, pods, len(ports), "TTF")
+	for name, l := range loops {
+		in := tm.RequireWindow(t, l.Stop(), name+" "+good.Name, good.From, good.To.Add(agentLostGrace))
+		assert.Empty(t, in.Failed(), "%s: failed requests during the %s: %s", name, good.Name, e2e.Failures(in))
+		assert.Len(t, in.ByPod(), len(pods), "%s: every pod answered during the %s: %v", name, good.Name, in.ByPod())
+		t.Logf("%s during the %s: %s", name, good.Name, in)
+	}
 }
 
 // serveGRPCHealth starts a gRPC health server on port 9090 of the pod (its listener is made in
@@ -135,9 +180,9 @@ func setProbes(t *testing.T, c *cluster.Cluster, ns, name string, probes ...v1al
 	}, kit.WaitFor, kit.Poll, "writing the probes of %s/%s", ns, name)
 }
 
-// requireAllEndpoints waits until every pod is listed on both ports of the resource "app" with
-// the conditions want ("RST", e2e.Conds) and nothing else is listed.
-func requireAllEndpoints(t *testing.T, tm e2e.Timing, c *cluster.Cluster, ns string, pods []*cluster.Pod, want string) {
+// requireAllEndpoints waits until every pod is listed on each of the ports of the resource "app"
+// with the conditions want ("RST", e2e.Conds) and nothing else is listed.
+func requireAllEndpoints(t *testing.T, tm e2e.Timing, c *cluster.Cluster, ns string, pods []*cluster.Pod, ports int, want string) {
 	t.Helper()
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		slicesOf, err := e2e.EndpointsOf(t.Context(), c, ns, "app")
@@ -150,7 +195,7 @@ func requireAllEndpoints(t *testing.T, tm e2e.Timing, c *cluster.Cluster, ns str
 			}
 		}
 		for _, p := range pods {
-			assert.Equal(ct, 2, seen[p.IP.String()], "%s is listed on both ports", p.Key())
+			assert.Equal(ct, ports, seen[p.IP.String()], "%s is listed on every port", p.Key())
 		}
-	}, tm.WaitFor, tm.Poll, "every pod %s on both ports", want)
+	}, tm.WaitFor, tm.Poll, "every pod %s on every port", want)
 }

@@ -205,12 +205,7 @@ func versions(t *testing.T, prev builtRelease) (old, head programs) {
 	t.Helper()
 	root, err := bundle.Root()
 	require.NoError(t, err)
-	values, err := bundle.ValueSet{
-		Settings: map[string]any{"agentLostGrace": agentLostGrace.String()},
-		// What the settings hook writes for that grace (a quarter of it).
-		Internal:       map[string]any{"agent": map[string]any{"leaseRenewInterval": (agentLostGrace / 4).String()}},
-		EnabledModules: bundle.AllPlatformModules,
-	}.Values()
+	values, err := chartValues(nil)
 	require.NoError(t, err)
 	old = programs{Name: "v" + prev.Version, CRD: filepath.Join(prev.Src(), "crds", crdFile), Bins: prev.Binaries(), ExampleDir: prev.Src()}
 	old.ControllerArgs, old.AgentArgs, err = chartArgs(prev.Src(), values)
@@ -230,6 +225,21 @@ func versions(t *testing.T, prev builtRelease) (old, head programs) {
 	t.Logf("v%s flags: controller %v, agent %v; HEAD's: controller %v, agent %v; policies: v%s %v, HEAD %v", prev.Version,
 		old.ControllerArgs, old.AgentArgs, head.ControllerArgs, head.AgentArgs, prev.Version, accessNames(old.Access), accessNames(head.Access))
 	return old, head
+}
+
+// chartValues are the values both charts are rendered with: the default settings with
+// agentLostGrace, and what the hooks would write (the renewal interval, a quarter of the grace;
+// credentials: internal.credentialSecrets, bundle.CredentialSecrets, nil for none).
+func chartValues(credentials map[string]any) (map[string]any, error) {
+	internal := map[string]any{"agent": map[string]any{"leaseRenewInterval": (agentLostGrace / 4).String()}}
+	for k, v := range credentials {
+		internal[k] = v
+	}
+	return bundle.ValueSet{
+		Settings:       map[string]any{"agentLostGrace": agentLostGrace.String()},
+		Internal:       internal,
+		EnabledModules: bundle.AllPlatformModules,
+	}.Values()
 }
 
 // addedSpecFields are the fields of HEAD's CRD the previous one lacks, in every version.
