@@ -59,7 +59,7 @@ func applyAccess(t *testing.T, c *cluster.Cluster, next, prev bundle.Objects) {
 	for _, o := range next {
 		obj := o.DeepCopy()
 		obj.SetResourceVersion("")
-		require.NoError(t, c.Env.Client.Patch(ctx, obj, client.Apply, client.FieldOwner(fieldOwner), client.ForceOwnership),
+		require.NoError(t, c.Env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(fieldOwner), client.ForceOwnership),
 			"applying %s %s/%s", obj.GetKind(), obj.GetNamespace(), obj.GetName())
 	}
 	for _, o := range prev {
