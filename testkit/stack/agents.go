@@ -25,7 +25,7 @@ func (s *Stack) newAgent(node string) (*slot, error) {
 	sl, err := newSlot("agent-"+node, s.LogDir, func(metricsAddr, healthAddr string) (string, []string) {
 		return s.Binaries.Agent, append([]string{
 			"--node-name=" + node,
-			"--kubeconfig=" + s.Kubeconfig,
+			"--kubeconfig=" + s.kubeconfigFor("agent-"+node),
 			"--metrics-bind-address=" + metricsAddr,
 			"--health-probe-bind-address=" + healthAddr,
 			"--lease-namespace=" + Namespace,

@@ -20,7 +20,7 @@ const leaderSeries = `leader_election_master_status{name="` + LeaderElectionID +
 func (s *Stack) newController(i int) (*slot, error) {
 	return newSlot("controller-"+strconv.Itoa(i), s.LogDir, func(metricsAddr, healthAddr string) (string, []string) {
 		return s.Binaries.Controller, append([]string{
-			"--kubeconfig=" + s.Kubeconfig,
+			"--kubeconfig=" + s.kubeconfigFor("controller-"+strconv.Itoa(i)),
 			"--metrics-bind-address=" + metricsAddr,
 			"--health-probe-bind-address=" + healthAddr,
 			"--leader-elect=true",

@@ -104,6 +104,11 @@ type Options struct {
 	// Binaries are the programs to run instead of building HEAD's (Build): another release's,
 	// say. UsePrograms changes them for the runs that start later.
 	Binaries *Binaries
+	// Kubeconfigs, when set, gives the kubeconfig file a program runs with instead of the
+	// administrator's (a service account's token bound to a pod on the program's node, say):
+	// program is "controller-<i>" or "agent-<node>". It is called at every start of a run; an
+	// empty answer keeps the administrator's.
+	Kubeconfigs func(program string) string
 }
 
 // Stack is the product running on a cluster.
@@ -277,6 +282,16 @@ func (s *Stack) UsePrograms(bins Binaries, controllerArgs, agentArgs []string) {
 	s.Binaries = bins
 	s.opts.ControllerArgs = slices.Clone(controllerArgs)
 	s.opts.AgentArgs = slices.Clone(agentArgs)
+}
+
+// kubeconfigFor is the kubeconfig file program runs with (Options.Kubeconfigs).
+func (s *Stack) kubeconfigFor(program string) string {
+	if s.opts.Kubeconfigs != nil {
+		if k := s.opts.Kubeconfigs(program); k != "" {
+			return k
+		}
+	}
+	return s.Kubeconfig
 }
 
 // agentNodes are the names of the nodes that get an agent at the start: the cluster's, then

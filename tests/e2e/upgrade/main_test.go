@@ -1,8 +1,10 @@
 // Copyright The service-with-healthchecks Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package upgrade_test upgrades the module from the newest release recorded in CHANGELOG.md
-// to HEAD and rolls it back, under traffic, with the real programs of both: the release is
+// Package upgrade_test upgrades the module to HEAD from the newest release recorded in
+// CHANGELOG.md whose product differs from HEAD's and from the oldest recorded, and rolls it
+// back, under traffic, with the real programs of both and the chart's RBAC and admission
+// policies in force (every program runs as its ServiceAccount): a release is
 // built from its own commit (git archive, its hack/build-images.sh) into the tool cache once,
 // and run on the cluster harness (testkit/stack) with its CRD, its chart's flags and its
 // docs/examples, then replaced the way the platform replaces it (CRD, controller Deployment
@@ -12,7 +14,6 @@ package upgrade_test
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,34 +24,34 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
 )
 
-// releaseEnv carries the built release (or why it could not be built) from the outer test
-// process, which has the machine's network for the module proxy, into the isolated one.
+// releaseEnv carries the built releases (or why they could not be built) from the outer test
+// process, which has the machine's network for the module proxy and the clone's remote, into
+// the isolated one.
 const releaseEnv = "SWH_UPGRADE_PREVIOUS_RELEASE"
 
-// preparedRelease is what releaseEnv holds.
-type preparedRelease struct {
-	Built builtRelease `json:"built"`
-	Err   string       `json:"err,omitempty"`
-	// NotInClone is set when the release's commit is not in this clone (a shallow clone): the
-	// test skips, saying what to fetch, as tests/release does; everything else fails it.
-	NotInClone bool `json:"notInClone,omitempty"`
+// preparedReleases is what releaseEnv holds.
+type preparedReleases struct {
+	// Built are the releases to upgrade from (upgradeSources), newest first.
+	Built []builtRelease `json:"built"`
+	Err   string         `json:"err,omitempty"`
 }
 
-// TestMain builds the previous release before the binary isolates itself (the isolated network
-// reaches no module proxy), then isolates it (cluster.RunIsolated). Without root nothing is
-// built: the tests that need it skip.
+// TestMain builds the releases to upgrade from before the binary isolates itself (the isolated
+// network reaches no module proxy), then isolates it (cluster.RunIsolated). Without root
+// nothing is built: the tests that need it skip.
 func TestMain(m *testing.M) {
 	if os.Getenv(releaseEnv) == "" && !cluster.Isolated() && os.Geteuid() == 0 {
-		var p preparedRelease
+		var p preparedReleases
 		started := time.Now()
-		b, err := prepare()
-		p.Built = b
+		built, err := prepare()
+		p.Built = built
 		if err != nil {
 			p.Err = err.Error()
-			p.NotInClone = errors.Is(err, errNotInClone)
-		} else {
-			fmt.Fprintf(os.Stderr, "upgrade: previous release v%s (%s) ready in %s: %s\n", b.Version, b.Commit, time.Since(started).Round(time.Millisecond), b.Dir)
 		}
+		for _, b := range built {
+			fmt.Fprintf(os.Stderr, "upgrade: release v%s (%s) ready: %s\n", b.Version, b.Commit, b.Dir)
+		}
+		fmt.Fprintf(os.Stderr, "upgrade: releases prepared in %s\n", time.Since(started).Round(time.Millisecond))
 		data, err := json.Marshal(p)
 		if err != nil {
 			panic(err)
@@ -62,39 +63,49 @@ func TestMain(m *testing.M) {
 	cluster.RunIsolated(m)
 }
 
-// prepare finds the newest release below HEAD and builds it into the tool cache.
-func prepare() (builtRelease, error) {
+// prepare finds the releases to upgrade from (upgradeSources) and builds them into the tool
+// cache.
+func prepare() ([]builtRelease, error) {
 	root, err := controlplane.RepoRoot()
 	if err != nil {
-		return builtRelease{}, err
+		return nil, err
 	}
 	data, err := os.ReadFile(filepath.Join(root, "CHANGELOG.md"))
 	if err != nil {
-		return builtRelease{}, err
+		return nil, err
 	}
 	releases, err := parseReleases(data)
 	if err != nil {
-		return builtRelease{}, fmt.Errorf("CHANGELOG.md: %w", err)
+		return nil, fmt.Errorf("CHANGELOG.md: %w", err)
 	}
-	prev, err := previousRelease(releases, isHeadRelease(root))
+	sources, err := upgradeSources(releases, sameProduct(root))
 	if err != nil {
-		return builtRelease{}, err
+		return nil, err
 	}
-	return buildRelease(root, prev)
+	var out []builtRelease
+	for _, r := range sources {
+		b, err := buildRelease(root, r)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
 }
 
-// previous is the release TestMain built; it fails the test when that failed.
-func previous(t *testing.T) builtRelease {
+// sources are the releases TestMain built; it fails the test when that failed (a release's
+// commit missing from the clone and not fetchable included: the message says what to fetch).
+func sources(t *testing.T) []builtRelease {
 	t.Helper()
-	var p preparedRelease
+	var p preparedReleases
 	if err := json.Unmarshal([]byte(os.Getenv(releaseEnv)), &p); err != nil {
-		t.Fatalf("the previous release was not prepared by TestMain ($%s): %v", releaseEnv, err)
-	}
-	if p.NotInClone {
-		t.Skipf("preparing the previous release: %s", p.Err)
+		t.Fatalf("the releases to upgrade from were not prepared by TestMain ($%s): %v", releaseEnv, err)
 	}
 	if p.Err != "" {
-		t.Fatalf("preparing the previous release: %s", p.Err)
+		t.Fatalf("preparing the releases to upgrade from: %s", p.Err)
+	}
+	if len(p.Built) == 0 {
+		t.Fatal("no release to upgrade from was prepared")
 	}
 	return p.Built
 }

@@ -75,8 +75,9 @@ func TestPreviousRelease(t *testing.T) {
 	}{
 		{name: "between releases: the newest", rels: rels, isHead: headIs(), want: "0.3.0"},
 		{name: "at a release: the one before", rels: rels, isHead: headIs("c3"), want: "0.2.0"},
-		{name: "only HEAD's release", rels: rels[:1], isHead: headIs("c3"), wantErr: "no release below HEAD"},
-		{name: "no release", isHead: headIs(), wantErr: "no release below HEAD"},
+		{name: "releases with HEAD's product: the newest that differs", rels: rels, isHead: headIs("c3", "c2"), want: "0.1.0"},
+		{name: "only HEAD's release", rels: rels[:1], isHead: headIs("c3"), wantErr: "no release whose product differs"},
+		{name: "no release", isHead: headIs(), wantErr: "no release whose product differs"},
 		{name: "a commit not in the clone", rels: rels, isHead: func(release) (bool, error) { return false, errors.New("fetch it") }, wantErr: "fetch it"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -87,6 +88,42 @@ func TestPreviousRelease(t *testing.T) {
 			}
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, got.Version)
+		})
+	}
+}
+
+func TestUpgradeSources(t *testing.T) {
+	rels := []release{{Version: "0.3.0", Commit: "c3"}, {Version: "0.2.0", Commit: "c2"}, {Version: "0.1.0", Commit: "c1"}}
+	sameAs := func(commits ...string) func(release) (bool, error) {
+		return func(r release) (bool, error) { return slices.Contains(commits, r.Commit), nil }
+	}
+	for _, tc := range []struct {
+		name    string
+		rels    []release
+		same    func(release) (bool, error)
+		want    []string
+		wantErr string
+	}{
+		{name: "between releases: the newest and the oldest", rels: rels, same: sameAs(), want: []string{"0.3.0", "0.1.0"}},
+		{name: "at a release: the one before and the oldest", rels: rels, same: sameAs("c3"), want: []string{"0.2.0", "0.1.0"}},
+		{name: "the one before is the oldest: once", rels: rels, same: sameAs("c3", "c2"), want: []string{"0.1.0"}},
+		{name: "one release below HEAD", rels: rels[1:], same: sameAs(), want: []string{"0.2.0", "0.1.0"}},
+		{name: "the oldest has HEAD's product", rels: rels, same: sameAs("c1"), wantErr: "out of order"},
+		{name: "every release has HEAD's product", rels: rels, same: sameAs("c3", "c2", "c1"), wantErr: "no release whose product differs"},
+		{name: "a commit not fetched", rels: rels, same: func(release) (bool, error) { return false, errors.New("fetch it") }, wantErr: "fetch it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := upgradeSources(tc.rels, tc.same)
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			var versions []string
+			for _, r := range got {
+				versions = append(versions, r.Version)
+			}
+			assert.Equal(t, tc.want, versions)
 		})
 	}
 }
@@ -182,12 +219,13 @@ func TestHasPath(t *testing.T) {
 	}
 }
 
-// TestReleaseCommitsInAClone runs the git side on a real repository: a release commit that
-// differs from HEAD only in the release record is HEAD, one that differs in a program is not,
-// and a commit the clone lacks fails with what to fetch.
+// TestReleaseCommitsInAClone runs the git side on real repositories: a release commit that
+// differs from HEAD only outside the product (the release record, docs, tests) ships HEAD's
+// product, one that differs in a program does not; a commit the clone lacks is fetched from
+// the clone's remote (its tag) when it has one, and otherwise fails with what to fetch.
 func TestReleaseCommitsInAClone(t *testing.T) {
 	dir := t.TempDir()
-	run := func(args ...string) string {
+	run := func(dir string, args ...string) string {
 		t.Helper()
 		out, err := git(dir, args...)
 		require.NoError(t, err)
@@ -195,35 +233,49 @@ func TestReleaseCommitsInAClone(t *testing.T) {
 	}
 	write := func(name, text string) {
 		t.Helper()
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755))
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644))
 	}
-	run("init", "-q")
-	run("config", "user.email", "test@example.com")
-	run("config", "user.name", "test")
-	write("main.go", "package main\n")
+	run(dir, "init", "-q")
+	run(dir, "config", "user.email", "test@example.com")
+	run(dir, "config", "user.name", "test")
+	write("images/agent/main.go", "package main\n")
 	write("CHANGELOG.md", "## Unreleased\n")
-	run("add", ".")
-	run("commit", "-qm", "one")
-	cut := run("rev-parse", "--short", "HEAD")
+	run(dir, "add", ".")
+	run(dir, "commit", "-qm", "one")
+	cut := run(dir, "rev-parse", "--short", "HEAD")
+	run(dir, "tag", "v0.1.0")
 	write("CHANGELOG.md", "## Unreleased\n\n## v0.1.0\n\nCommit: `"+cut+"`\n")
 	write("Chart.yaml", "version: 0.1.0\n")
-	run("add", ".")
-	run("commit", "-qm", "Release v0.1.0")
-	isHead := isHeadRelease(dir)
+	write("tests/e2e/x_test.go", "package e2e\n")
+	write("docs/README.md", "docs\n")
+	run(dir, "add", ".")
+	run(dir, "commit", "-qm", "Release v0.1.0, then tests and docs")
+	same := sameProduct(dir)
 
-	same, err := isHead(release{Version: "0.1.0", Commit: cut})
+	got, err := same(release{Version: "0.1.0", Commit: cut})
 	require.NoError(t, err)
-	assert.True(t, same, "the release commit changes only the record")
+	assert.True(t, got, "only the release record, tests and docs changed")
 
-	write("main.go", "package main\n\nfunc main() {}\n")
-	run("commit", "-qam", "two")
-	same, err = isHead(release{Version: "0.1.0", Commit: cut})
+	write("images/agent/main.go", "package main\n\nfunc main() {}\n")
+	run(dir, "commit", "-qam", "two")
+	got, err = same(release{Version: "0.1.0", Commit: cut})
 	require.NoError(t, err)
-	assert.False(t, same, "a program changed since the release")
+	assert.False(t, got, "a program changed since the release")
 
-	_, err = isHead(release{Version: "0.0.1", Commit: "0123456789abcdef"})
+	_, err = same(release{Version: "0.0.1", Commit: "0123456789abcdef"})
 	require.ErrorContains(t, err, "git fetch --unshallow")
 	assert.ErrorContains(t, err, "git fetch origin 0123456789abcdef")
+	assert.ErrorContains(t, err, "no remote")
+
+	// A shallow clone of HEAD alone: the release commit is fetched with its tag.
+	clone := t.TempDir()
+	run(clone, "clone", "-q", "--depth=1", "--no-tags", "file://"+dir, ".")
+	_, err = git(clone, "rev-parse", "--verify", "--quiet", cut+"^{commit}")
+	require.Error(t, err, "the shallow clone lacks the release commit")
+	got, err = sameProduct(clone)(release{Version: "0.1.0", Commit: cut})
+	require.NoError(t, err, "the release commit is fetched")
+	assert.False(t, got)
 }
 
 // TestSliceMonitorEndpointMoves feeds the slice monitor the changes an agent makes when it

@@ -71,12 +71,12 @@ func parseReleases(changelog []byte) ([]release, error) {
 	return out, nil
 }
 
-// previousRelease is the newest of releases (newest first) that is not HEAD itself: the first
-// whose programs differ from HEAD's (isHead false). A release cut from HEAD, or HEAD being that
-// release's own release commit (which changes only the release record), is skipped.
-func previousRelease(releases []release, isHead func(release) (bool, error)) (release, error) {
+// previousRelease is the newest of releases (newest first) whose product differs from HEAD's
+// (sameProduct false): HEAD's own release, or any release cut after only tests, tools or docs
+// changed, is passed over, so the upgrade from it crosses a code change.
+func previousRelease(releases []release, sameProduct func(release) (bool, error)) (release, error) {
 	for _, r := range releases {
-		same, err := isHead(r)
+		same, err := sameProduct(r)
 		if err != nil {
 			return release{}, err
 		}
@@ -84,12 +84,35 @@ func previousRelease(releases []release, isHead func(release) (bool, error)) (re
 			return r, nil
 		}
 	}
-	return release{}, errors.New("CHANGELOG.md records no release below HEAD")
+	return release{}, errors.New("CHANGELOG.md records no release whose product differs from HEAD's")
 }
 
-// releaseRecordFiles are the files a release commit changes (hack/release.sh): a release whose
-// commit differs from HEAD only in them is HEAD.
-var releaseRecordFiles = []string{"CHANGELOG.md", "Chart.yaml", "changelog.yaml"}
+// upgradeSources are the releases the upgrade test starts from: the newest whose product
+// differs from HEAD's (previousRelease) and the oldest recorded (the oldest supported), once
+// when they are the same release. The oldest must differ from HEAD's product too.
+func upgradeSources(releases []release, sameProduct func(release) (bool, error)) ([]release, error) {
+	prev, err := previousRelease(releases, sameProduct)
+	if err != nil {
+		return nil, err
+	}
+	oldest := releases[len(releases)-1]
+	if oldest == prev {
+		return []release{prev}, nil
+	}
+	same, err := sameProduct(oldest)
+	if err != nil {
+		return nil, err
+	}
+	if same {
+		return nil, fmt.Errorf("the oldest release v%s has HEAD's product while v%s does not: CHANGELOG.md is out of order", oldest.Version, prev.Version)
+	}
+	return []release{prev, oldest}, nil
+}
+
+// productPaths are what a release ships: the images' programs, the chart's templates, the
+// CRDs, the hooks, the API and library modules and the settings' schema. Two commits that do
+// not differ in them run the same product (tests, tools, docs and the release record aside).
+var productPaths = []string{"images", "templates", "crds", "hooks", "api", "lib", "openapi"}
 
 // git runs git in the repository and returns its trimmed standard output.
 func git(root string, args ...string) (string, error) {
@@ -103,34 +126,65 @@ func git(root string, args ...string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// errNotInClone is the error of a release commit this clone does not have.
-var errNotInClone = errors.New("not in this clone")
-
-// resolveCommit is the full hash of a release's commit; it fails with what to fetch when the
-// clone does not have it (a shallow clone).
+// resolveCommit is the full hash of a release's commit. When the clone lacks it (a shallow
+// clone, a clone without tags) it fetches it from the clone's remote: the release's tag, then
+// the history (--unshallow in a shallow clone); without a remote, or when that fails, the error
+// says what to fetch. The upgrade test never skips for it.
 func resolveCommit(root string, r release) (string, error) {
-	full, err := git(root, "rev-parse", "--verify", "--quiet", r.Commit+"^{commit}")
-	if err == nil && full != "" {
+	if full, err := commitOf(root, r.Commit); err == nil {
 		return full, nil
 	}
+	var tried []string
+	remotes, _ := git(root, "remote")
+	if remote, _, _ := strings.Cut(remotes, "\n"); remote != "" {
+		fetches := [][]string{{"fetch", "--quiet", remote, "tag", "v" + r.Version}}
+		if shallow, _ := git(root, "rev-parse", "--is-shallow-repository"); shallow == "true" {
+			fetches = append(fetches, []string{"fetch", "--quiet", "--unshallow", remote})
+		} else {
+			fetches = append(fetches, []string{"fetch", "--quiet", remote})
+		}
+		for _, args := range fetches {
+			_, err := git(root, args...)
+			if err != nil {
+				tried = append(tried, err.Error())
+			} else {
+				tried = append(tried, "git "+strings.Join(args, " ")+": done")
+			}
+			if full, err := commitOf(root, r.Commit); err == nil {
+				return full, nil
+			}
+		}
+	} else {
+		tried = append(tried, "the clone has no remote to fetch from")
+	}
 	shallow, _ := git(root, "rev-parse", "--is-shallow-repository")
-	return "", fmt.Errorf("%w: the commit %s of release v%s (CHANGELOG.md) is not in this clone (shallow: %s); "+
+	return "", fmt.Errorf("%w: the commit %s of release v%s (CHANGELOG.md) is not in this clone (shallow: %s; %s); "+
 		"the upgrade test builds that release from it: fetch the history with `git fetch --unshallow` "+
-		"(or at least `git fetch origin %s`), or clone without --depth", errNotInClone, r.Commit, r.Version, shallow, r.Commit)
+		"(or at least `git fetch origin %s`, or the tag v%s), or clone without --depth",
+		errNotInClone, r.Commit, r.Version, shallow, strings.Join(tried, "; "), r.Commit, r.Version)
 }
 
-// isHeadRelease tells whether release r is HEAD: its commit differs from HEAD in nothing but the
-// release record.
-func isHeadRelease(root string) func(release) (bool, error) {
+// commitOf is the full hash of a commit the clone has.
+func commitOf(root, commit string) (string, error) {
+	full, err := git(root, "rev-parse", "--verify", "--quiet", commit+"^{commit}")
+	if err != nil || full == "" {
+		return "", fmt.Errorf("no commit %s: %w", commit, err)
+	}
+	return full, nil
+}
+
+// errNotInClone is the error of a release commit this clone does not have and could not fetch.
+var errNotInClone = errors.New("not in this clone")
+
+// sameProduct tells whether release r ships HEAD's product: its commit and HEAD do not differ
+// in productPaths.
+func sameProduct(root string) func(release) (bool, error) {
 	return func(r release) (bool, error) {
 		full, err := resolveCommit(root, r)
 		if err != nil {
 			return false, err
 		}
-		args := []string{"diff", "--quiet", full, "HEAD", "--", "."}
-		for _, f := range releaseRecordFiles {
-			args = append(args, ":(exclude)"+f)
-		}
+		args := append([]string{"diff", "--quiet", full, "HEAD", "--"}, productPaths...)
 		cmd := exec.Command("git", append([]string{"-C", root}, args...)...)
 		err = cmd.Run()
 		var exit *exec.ExitError

@@ -78,6 +78,8 @@ type programs struct {
 	Bins                      stack.Binaries
 	ControllerArgs, AgentArgs []string
 	ExampleDir                string
+	// Access are the chart's RBAC and admission policies (accessKinds).
+	Access bundle.Objects
 }
 
 // window is the span of one replacement: from its first step until it settled.
@@ -86,9 +88,22 @@ type window struct {
 	From, To time.Time
 }
 
-// TestReleaseUpgradeAndRollbackUnderTraffic runs the newest release recorded in CHANGELOG.md
-// below HEAD (its CRD, its programs, its chart's flags, its docs/examples/vm.yaml) with
-// podsPerNode pods per node, upgrades it to HEAD as the platform does (CRD, controller rollout,
+// TestReleaseUpgradeAndRollbackUnderTraffic runs upgradeAndRollback from each release of
+// upgradeSources: the newest recorded in CHANGELOG.md whose product differs from HEAD's, and
+// the oldest recorded (the oldest supported), so that every upgrade crosses a code change and
+// the fields of every release between are checked as ignored by the oldest programs.
+func TestReleaseUpgradeAndRollbackUnderTraffic(t *testing.T) {
+	cluster.SkipUnlessIsolated(t)
+	for _, prev := range sources(t) {
+		t.Run("from-v"+prev.Version, func(t *testing.T) { upgradeAndRollback(t, prev) })
+	}
+}
+
+// upgradeAndRollback runs release prev (its CRD, its programs, its chart's flags, RBAC and
+// admission policies, its docs/examples/vm.yaml; every program as its ServiceAccount with a
+// token bound to a pod on its node) with
+// podsPerNode pods per node, upgrades it to HEAD as the platform does (CRD, the chart's RBAC and
+// policies, controller rollout,
 // agents node by node; HEAD's agents with --max-endpoints-per-slice=maxEndpointsPerSlice, so
 // they split each port's endpoints on a node into chunks) and rolls it back the same way (the
 // previous agent merges the chunks back into its one slice per port and node), with request
@@ -102,9 +117,7 @@ type window struct {
 // its ready counts and its True conditions in every version seen; each step ran the programs
 // it should (the processes' executables); the fields HEAD's CRD adds are pruned under the old
 // CRD and a write carrying one is refused with strict field validation.
-func TestReleaseUpgradeAndRollbackUnderTraffic(t *testing.T) {
-	cluster.SkipUnlessIsolated(t)
-	prev := previous(t)
+func upgradeAndRollback(t *testing.T, prev builtRelease) {
 	old, head := versions(t, prev)
 	added := addedSpecFields(t, old.CRD, head.CRD)
 	t.Logf("previous release v%s (commit %s, built in %s); fields HEAD's CRD adds: %v", prev.Version, prev.FullCommit[:12], prev.Dir, added)
@@ -114,7 +127,14 @@ func TestReleaseUpgradeAndRollbackUnderTraffic(t *testing.T) {
 		KubeProxy:    true,
 		ControlPlane: controlplane.Options{SkipModuleCRDs: true, ExtraCRDPaths: []string{old.CRD}},
 	})
-	s := stack.Start(t, stack.Options{Cluster: c, Binaries: &old.Bins, ControllerArgs: old.ControllerArgs, AgentArgs: old.AgentArgs})
+	// The previous release's chart: its RBAC and policies in force before its programs start,
+	// each program as its ServiceAccount.
+	applyAccess(t, c, old.Access, nil)
+	waitPoliciesInForce(t, c, old.Access)
+	kubeconfigs := programKubeconfigs(t, c, stack.DefaultControllers)
+	requireNoAdministrator(t, kubeconfigs)
+	s := stack.Start(t, stack.Options{Cluster: c, Binaries: &old.Bins, ControllerArgs: old.ControllerArgs, AgentArgs: old.AgentArgs,
+		Kubeconfigs: func(program string) string { return kubeconfigs[program] }})
 	requirePrograms(t, s, old)
 	ctx := t.Context()
 	ns := c.Env.CreateNamespaceForTest(t, "upgrade")
@@ -133,15 +153,15 @@ func TestReleaseUpgradeAndRollbackUnderTraffic(t *testing.T) {
 	waitAfter(t, loops, time.Now())
 
 	targets := len(resourcesOf(ports)) * podsPerNode // one probe per resource and pod
-	up := replace(t, s, "upgrade to HEAD", head, targets)
+	up := replace(t, s, "upgrade to HEAD", head, old, targets)
 	waitAfter(t, loops, up.To.Add(agentLostGrace))
 	afterUpgrade := requireSliceLayout(t, sliceMon, ports, c.Nodes, maxEndpointsPerSlice)
 	// The operator's manifests follow the docs: HEAD's example (any field it uses that the
 	// previous release lacks is now stored).
 	require.NoError(t, s.ApplyFile(ctx, ns, filepath.Join(head.ExampleDir, exampleFile)))
-	storedNew := newFieldsStored(t, statusMon, ports, added)
+	storedNew := newFieldsStored(t, c, ns, filepath.Join(head.ExampleDir, exampleFile), ports, added)
 
-	down := replace(t, s, "rollback to v"+prev.Version, old, targets)
+	down := replace(t, s, "rollback to v"+prev.Version, old, head, targets)
 	waitAfter(t, loops, down.To.Add(agentLostGrace))
 	afterRollback := requireSliceLayout(t, sliceMon, ports, c.Nodes, 0)
 	assert.Equal(t, before, afterRollback, "the rollback leaves the previous release's slice names")
@@ -185,27 +205,41 @@ func versions(t *testing.T, prev builtRelease) (old, head programs) {
 	t.Helper()
 	root, err := bundle.Root()
 	require.NoError(t, err)
-	values, err := bundle.ValueSet{
-		Settings: map[string]any{"agentLostGrace": agentLostGrace.String()},
-		// What the settings hook writes for that grace (a quarter of it).
-		Internal:       map[string]any{"agent": map[string]any{"leaseRenewInterval": (agentLostGrace / 4).String()}},
-		EnabledModules: bundle.AllPlatformModules,
-	}.Values()
+	values, err := chartValues(nil)
 	require.NoError(t, err)
 	old = programs{Name: "v" + prev.Version, CRD: filepath.Join(prev.Src(), "crds", crdFile), Bins: prev.Binaries(), ExampleDir: prev.Src()}
 	old.ControllerArgs, old.AgentArgs, err = chartArgs(prev.Src(), values)
+	require.NoError(t, err, "the previous release's chart")
+	old.Access, err = chartAccess(prev.Src(), values)
 	require.NoError(t, err, "the previous release's chart")
 	headBins, err := stack.Build()
 	require.NoError(t, err)
 	head = programs{Name: "HEAD", CRD: filepath.Join(root, "crds", crdFile), Bins: headBins, ExampleDir: root}
 	head.ControllerArgs, head.AgentArgs, err = chartArgs("", values)
 	require.NoError(t, err, "HEAD's chart")
+	head.Access, err = chartAccess(root, values)
+	require.NoError(t, err, "HEAD's chart")
 	// The chart does not render the flag (the default, 100, is the built-in controller's); a
 	// small one makes HEAD publish chunks with a few pods. Only HEAD's agent knows it.
 	head.AgentArgs = append(head.AgentArgs, "--max-endpoints-per-slice="+strconv.Itoa(maxEndpointsPerSlice))
-	t.Logf("v%s flags: controller %v, agent %v; HEAD's: controller %v, agent %v", prev.Version,
-		old.ControllerArgs, old.AgentArgs, head.ControllerArgs, head.AgentArgs)
+	t.Logf("v%s flags: controller %v, agent %v; HEAD's: controller %v, agent %v; policies: v%s %v, HEAD %v", prev.Version,
+		old.ControllerArgs, old.AgentArgs, head.ControllerArgs, head.AgentArgs, prev.Version, accessNames(old.Access), accessNames(head.Access))
 	return old, head
+}
+
+// chartValues are the values both charts are rendered with: the default settings with
+// agentLostGrace, and what the hooks would write (the renewal interval, a quarter of the grace;
+// credentials: internal.credentialSecrets, bundle.CredentialSecrets, nil for none).
+func chartValues(credentials map[string]any) (map[string]any, error) {
+	internal := map[string]any{"agent": map[string]any{"leaseRenewInterval": (agentLostGrace / 4).String()}}
+	for k, v := range credentials {
+		internal[k] = v
+	}
+	return bundle.ValueSet{
+		Settings:       map[string]any{"agentLostGrace": agentLostGrace.String()},
+		Internal:       internal,
+		EnabledModules: bundle.AllPlatformModules,
+	}.Values()
 }
 
 // addedSpecFields are the fields of HEAD's CRD the previous one lacks, in every version.
@@ -326,18 +360,20 @@ func waitAfter(t *testing.T, loops map[string]*cluster.Traffic, after time.Time)
 	}
 }
 
-// replace moves the stack to the programs to, the way the platform applies a module release:
-// the CRD first, then the controller Deployment's rollout (maxSurge 0, maxUnavailable 1: one
+// replace moves the stack from the programs from to the programs to, the way the platform
+// applies a module release: the CRD first, then the chart's RBAC and admission policies (the
+// Helm release's objects; from's that to lacks deleted), then the controller Deployment's rollout (maxSurge 0, maxUnavailable 1: one
 // replica stopped, its replacement started and ready, then the next; leadership moves to a
 // replica of the new version when the old leader stops and releases its Lease), then the agent
 // DaemonSet node by node (maxUnavailable 1: each new agent ready, its Lease renewed and every
 // target probed failureThreshold+2 times before the next node's agent stops).
-func replace(t *testing.T, s *stack.Stack, name string, to programs, targetsPerNode int) window {
+func replace(t *testing.T, s *stack.Stack, name string, to, from programs, targetsPerNode int) window {
 	t.Helper()
 	ctx := t.Context()
 	w := window{Name: name, From: time.Now()}
 	require.NoError(t, s.ApplyFile(ctx, "", to.CRD), "%s: applying the CRD", name)
 	requireEstablished(t, s)
+	applyAccess(t, s.Cluster, to.Access, from.Access)
 	s.UsePrograms(to.Bins, to.ControllerArgs, to.AgentArgs)
 	holder, err := e2e.ElectionHolder(ctx, s)
 	require.NoError(t, err)
@@ -405,21 +441,37 @@ func exe(t *testing.T, pid int) string {
 	return path
 }
 
-// newFieldsStored waits until the monitor has seen HEAD's example applied, and returns which
-// added fields (version:path) every resource now stores.
-func newFieldsStored(t *testing.T, statusMon *statusMonitor, ports []servicePort, added []string) map[string][]string {
+// newFieldsStored reads every resource from the API server after HEAD's example was applied
+// (a read after the write: it sees it) and returns which added fields (version:path) each
+// stores. Every added field HEAD's example sets must be stored: otherwise the rollback would
+// check nothing of what the later releases added.
+func newFieldsStored(t *testing.T, c *cluster.Cluster, ns, example string, ports []servicePort, added []string) map[string][]string {
 	t.Helper()
-	out := map[string][]string{}
-	for _, p := range ports {
-		u := statusMon.Current(p.Resource)
-		require.NotNil(t, u)
+	data, err := os.ReadFile(example)
+	require.NoError(t, err)
+	objs, err := stack.DecodeYAML(data)
+	require.NoError(t, err)
+	inExample := map[string][]string{}
+	for _, o := range objs {
 		for _, f := range added {
-			if _, path, _ := strings.Cut(f, ":"); hasPath(u.Object, splitPath(path)) {
-				out[p.Resource] = append(out[p.Resource], path)
+			if _, path, _ := strings.Cut(f, ":"); hasPath(o.Object, splitPath(path)) {
+				inExample[o.GetName()] = append(inExample[o.GetName()], path)
 			}
 		}
 	}
-	t.Logf("fields of HEAD's CRD stored before the rollback: %v", out)
+	out := map[string][]string{}
+	for _, name := range resourcesOf(ports) {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(resourceListGVK.GroupVersion().WithKind("ServiceWithHealthchecks"))
+		require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, u))
+		for _, f := range added {
+			if _, path, _ := strings.Cut(f, ":"); hasPath(u.Object, splitPath(path)) {
+				out[name] = append(out[name], path)
+			}
+		}
+		assert.Subset(t, out[name], inExample[name], "%s stores the added fields HEAD's example sets", name)
+	}
+	t.Logf("fields of HEAD's CRD stored before the rollback: %v (HEAD's example sets %v)", out, inExample)
 	return out
 }
 
