@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/deckhouse/service-with-healthchecks/api/podport"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 )
 
@@ -116,28 +117,7 @@ func Conditions(serving, terminating, publishNotReady bool) (bool, bool, bool) {
 // that name, or when target is empty (callers pass ServicePort.EffectiveTargetPort, which is
 // never empty).
 func ResolvePort(pod *corev1.Pod, target intstr.IntOrString, protocol corev1.Protocol) (int32, bool) {
-	switch {
-	case target.Type == intstr.String && target.StrVal != "":
-		if protocol == "" {
-			protocol = corev1.ProtocolTCP
-		}
-		for _, c := range pod.Spec.Containers {
-			for _, cp := range c.Ports {
-				cpProto := cp.Protocol
-				if cpProto == "" {
-					cpProto = corev1.ProtocolTCP
-				}
-				if cp.Name == target.StrVal && cpProto == protocol {
-					return cp.ContainerPort, true
-				}
-			}
-		}
-		return 0, false
-	case target.Type == intstr.Int && target.IntVal != 0:
-		return target.IntVal, true
-	default:
-		return 0, false
-	}
+	return podport.Resolve(pod, target, protocol)
 }
 
 // Publishable tells whether a pod may be published at all. Pods without an IP, in a terminal

@@ -14,8 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/deckhouse/service-with-healthchecks/api/podport"
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
 )
 
@@ -203,7 +203,7 @@ func checkPorts(in Input, pod *corev1.Pod) string {
 			continue
 		}
 		target := sp.EffectiveTargetPort()
-		want, ok := resolvePort(pod, target, sp.Protocol)
+		want, ok := podport.Resolve(pod, target, sp.Protocol)
 		if !ok {
 			return fmt.Sprintf("pod %s has no container port %s", pod.Name, target.String())
 		}
@@ -212,29 +212,6 @@ func checkPorts(in Input, pod *corev1.Pod) string {
 		}
 	}
 	return ""
-}
-
-// resolvePort is the number target resolves to on pod: a number is itself, a name the pod's
-// container port of that name and protocol (the agent's rule, development/AGENT.md).
-func resolvePort(pod *corev1.Pod, target intstr.IntOrString, protocol corev1.Protocol) (int32, bool) {
-	if target.Type == intstr.Int {
-		return target.IntVal, target.IntVal != 0
-	}
-	if protocol == "" {
-		protocol = corev1.ProtocolTCP
-	}
-	for _, c := range pod.Spec.Containers {
-		for _, cp := range c.Ports {
-			proto := cp.Protocol
-			if proto == "" {
-				proto = corev1.ProtocolTCP
-			}
-			if cp.Name == target.StrVal && proto == protocol {
-				return cp.ContainerPort, true
-			}
-		}
-	}
-	return 0, false
 }
 
 func hasIP(pod *corev1.Pod, addr string) bool {
