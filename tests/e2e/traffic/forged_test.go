@@ -144,24 +144,9 @@ func TestForgedSliceIsDeletedAndItsTrafficStopsWhileHonestEndpointsServe(t *test
 	applyAgentAdmission(t, s)
 	agent := agentOf(t, c, "node-a")
 
-	labels := map[string]string{"app": "web"}
-	pods := []*cluster.Pod{
-		c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-0", Node: "node-a", Labels: labels, ContainerPorts: webPorts}),
-		c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-1", Node: "node-b", Labels: labels, ContainerPorts: webPorts}),
-	}
-	for _, p := range pods {
-		p.ServeHTTP(t, 8080)
-	}
+	pods, swh, _ := honestWeb(t, c, ns)
 	forger := c.AddPod(t, cluster.PodSpec{Namespace: attackerNS, Name: "forger", Node: "node-a", ContainerPorts: webPorts})
 	forgerServer := forger.ServeHTTP(t, 8080)
-	swh := kit.Resource(ns, "web", labels, []v1alpha1.ServicePort{e2e.ServicePort("http", 80, intstr.FromInt32(8080))},
-		kit.HTTPProbe(intstr.FromInt32(8080)))
-	createResource(t, c, swh)
-	kit.EventuallyEndpoints(t, c, ns, "web", map[string]map[string]string{
-		"web-http-node-a": {ip(pods[0]): "TTF"},
-		"web-http-node-b": {ip(pods[1]): "TTF"},
-	})
-	c.WaitProgrammed(t, ns+"/web", 80, pods...)
 	w := watchSlices(t, c, ns)
 	loop := c.Traffic(t, cluster.TrafficOptions{Service: ns + "/web", Port: 80, Duration: loopFor})
 	logTimelineOnFailure(t, w, loop)
@@ -236,4 +221,29 @@ func TestForgedSliceIsDeletedAndItsTrafficStopsWhileHonestEndpointsServe(t *test
 func forgedName(key slicemeta.SliceKey) string {
 	key.Chunk = 9
 	return key.Name()
+}
+
+// honestWeb is the honest side of the forgery tests: pods web-0 on node-a and web-1 on node-b
+// serving HTTP on 8080 and resource web probing them, both published ready and routed. It
+// returns the pods, the resource and the slices as published (name → address → conditions).
+func honestWeb(t *testing.T, c *cluster.Cluster, ns string) ([]*cluster.Pod, *v1alpha1.ServiceWithHealthchecks, map[string]map[string]string) {
+	t.Helper()
+	labels := map[string]string{"app": "web"}
+	pods := []*cluster.Pod{
+		c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-0", Node: "node-a", Labels: labels, ContainerPorts: webPorts}),
+		c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-1", Node: "node-b", Labels: labels, ContainerPorts: webPorts}),
+	}
+	for _, p := range pods {
+		p.ServeHTTP(t, 8080)
+	}
+	swh := kit.Resource(ns, "web", labels, []v1alpha1.ServicePort{e2e.ServicePort("http", 80, intstr.FromInt32(8080))},
+		kit.HTTPProbe(intstr.FromInt32(8080)))
+	createResource(t, c, swh)
+	honest := map[string]map[string]string{
+		"web-http-node-a": {ip(pods[0]): "TTF"},
+		"web-http-node-b": {ip(pods[1]): "TTF"},
+	}
+	kit.EventuallyEndpoints(t, c, ns, "web", honest)
+	c.WaitProgrammed(t, ns+"/web", 80, pods...)
+	return pods, swh, honest
 }

@@ -16,7 +16,6 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/slicemeta"
@@ -67,27 +66,11 @@ func TestRotatedAndChurnedForgeriesAreDeletedAndTheirTrafficStops(t *testing.T) 
 	applyAgentAdmission(t, s)
 	agent := agentOf(t, c, "node-a")
 
-	labels := map[string]string{"app": "web"}
-	pods := []*cluster.Pod{
-		c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-0", Node: "node-a", Labels: labels, ContainerPorts: webPorts}),
-		c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-1", Node: "node-b", Labels: labels, ContainerPorts: webPorts}),
-	}
-	for _, p := range pods {
-		p.ServeHTTP(t, 8080)
-	}
+	pods, swh, honest := honestWeb(t, c, ns)
 	rotator := c.AddPod(t, cluster.PodSpec{Namespace: attackerNS, Name: "rotator", Node: "node-a", ContainerPorts: webPorts})
 	rotatorServer := rotator.ServeHTTP(t, 8080)
 	churner := c.AddPod(t, cluster.PodSpec{Namespace: attackerNS, Name: "churner", Node: "node-a", ContainerPorts: webPorts})
 	churnerServer := churner.ServeHTTP(t, 8080)
-	swh := kit.Resource(ns, "web", labels, []v1alpha1.ServicePort{e2e.ServicePort("http", 80, intstr.FromInt32(8080))},
-		kit.HTTPProbe(intstr.FromInt32(8080)))
-	createResource(t, c, swh)
-	honest := map[string]map[string]string{
-		"web-http-node-a": {ip(pods[0]): "TTF"},
-		"web-http-node-b": {ip(pods[1]): "TTF"},
-	}
-	kit.EventuallyEndpoints(t, c, ns, "web", honest)
-	c.WaitProgrammed(t, ns+"/web", 80, pods...)
 	w := watchSlices(t, c, ns)
 	loop := c.Traffic(t, cluster.TrafficOptions{Service: ns + "/web", Port: 80, Duration: loopFor})
 	logTimelineOnFailure(t, w, loop)
@@ -219,22 +202,7 @@ func TestExhaustingSlicesOfANodeAreRemovedAndNeverCounted(t *testing.T) {
 	ns := c.Env.CreateNamespaceForTest(t, "exhaust")
 	applyAgentAdmission(t, s)
 	agent := agentOf(t, c, "node-a")
-	labels := map[string]string{"app": "web"}
-	pods := []*cluster.Pod{
-		c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-0", Node: "node-a", Labels: labels, ContainerPorts: webPorts}),
-		c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "web-1", Node: "node-b", Labels: labels, ContainerPorts: webPorts}),
-	}
-	for _, p := range pods {
-		p.ServeHTTP(t, 8080)
-	}
-	swh := kit.Resource(ns, "web", labels, []v1alpha1.ServicePort{e2e.ServicePort("http", 80, intstr.FromInt32(8080))},
-		kit.HTTPProbe(intstr.FromInt32(8080)))
-	createResource(t, c, swh)
-	honest := map[string]map[string]string{
-		"web-http-node-a": {ip(pods[0]): "TTF"},
-		"web-http-node-b": {ip(pods[1]): "TTF"},
-	}
-	kit.EventuallyEndpoints(t, c, ns, "web", honest)
+	pods, swh, honest := honestWeb(t, c, ns)
 
 	flood := forgedSlice(swh, "node-a", pods[0], "x", "10.0.0.1")
 	flood.Name = chunkName(swh, "node-a", 9)
