@@ -138,23 +138,8 @@ func (d *demo) upReal(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := d.step("starting 2 controllers and an agent per node", func() (string, error) {
-		s, err := stack.New(ctx, stack.Options{Cluster: c, AgentNodes: realNodeNames(), Binaries: &bins, LogDir: filepath.Join(d.runDir, "logs")})
-		if err != nil {
-			return "", fmt.Errorf("starting the stack: %w", err)
-		}
-		d.s = s
-		leader, _ := s.Leader()
-		return fmt.Sprintf("controllers ready (controller-%d leads), agents ready on %s; logs in %s", leader, strings.Join(s.Nodes(), ", "), s.LogDir), nil
-	}); err != nil {
+	if err := d.startPrograms(ctx, stack.Options{Cluster: c, AgentNodes: realNodeNames(), Binaries: &bins}); err != nil {
 		return err
-	}
-	var err error
-	if d.kubeconfig, err = c.Env.WriteKubeConfig(d.runDir); err != nil {
-		return err
-	}
-	if err := c.Env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: demoNamespace}}); err != nil {
-		return fmt.Errorf("creating namespace %s: %w", demoNamespace, err)
 	}
 	if err := d.step("starting pod "+demoNamespace+"/"+vmPod+" (the kubelet runs a container of "+realnode.TestServerImage+")", func() (string, error) {
 		vm, err := r.runPod(ctx, c, realPod(vmPod, realSpecs[0].Name, map[string]string{"vm": "mail-1"}, realnode.TestServerImage,

@@ -49,29 +49,15 @@ func (d *demo) up(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	if err := d.step("starting 2 controllers and an agent per node", func() (string, error) {
-		s, err := stack.New(ctx, stack.Options{Cluster: d.c, Binaries: &bins, LogDir: filepath.Join(d.runDir, "logs")})
-		if err != nil {
-			return "", fmt.Errorf("starting the stack: %w", err)
-		}
-		d.s = s
-		leader, _ := s.Leader()
-		return fmt.Sprintf("controllers ready (controller-%d leads), agents ready on %s; logs in %s", leader, strings.Join(s.Nodes(), ", "), s.LogDir), nil
-	}); err != nil {
+	if err := d.startPrograms(ctx, stack.Options{Cluster: d.c, Binaries: &bins}); err != nil {
 		return err
-	}
-	var err error
-	if d.kubeconfig, err = d.c.Env.WriteKubeConfig(d.runDir); err != nil {
-		return err
-	}
-	if err := d.c.Env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: demoNamespace}}); err != nil {
-		return fmt.Errorf("creating namespace %s: %w", demoNamespace, err)
 	}
 	if err := d.step("starting pod "+demoNamespace+"/"+vmPod, func() (string, error) { return d.addVM(ctx) }); err != nil {
 		return err
 	}
 	if err := d.step("starting PostgreSQL in pods db-0 and db-1", func() (string, error) {
 		for i := range d.dbPods {
+			var err error
 			d.dbPods[i], err = d.c.NewPod(ctx, cluster.PodSpec{
 				Namespace: demoNamespace, Name: fmt.Sprintf("db-%d", i), Node: d.c.Nodes[i%len(d.c.Nodes)].Name,
 				Labels:         map[string]string{"app": "db"},
@@ -188,4 +174,30 @@ func joinAddrs(p *cluster.Pod) string {
 		out = append(out, a.String())
 	}
 	return strings.Join(out, ", ")
+}
+
+// startPrograms starts the controllers and an agent per node on opts.Cluster as one step (their
+// logs in the run's folder), then writes the kubeconfig run-ctl hands out and creates the demo's
+// namespace: what both start-ups (namespace pods, real nodes) do once their cluster is up.
+func (d *demo) startPrograms(ctx context.Context, opts stack.Options) error {
+	opts.LogDir = filepath.Join(d.runDir, "logs")
+	if err := d.step("starting 2 controllers and an agent per node", func() (string, error) {
+		s, err := stack.New(ctx, opts)
+		if err != nil {
+			return "", fmt.Errorf("starting the stack: %w", err)
+		}
+		d.s = s
+		leader, _ := s.Leader()
+		return fmt.Sprintf("controllers ready (controller-%d leads), agents ready on %s; logs in %s", leader, strings.Join(s.Nodes(), ", "), s.LogDir), nil
+	}); err != nil {
+		return err
+	}
+	var err error
+	if d.kubeconfig, err = opts.Cluster.Env.WriteKubeConfig(d.runDir); err != nil {
+		return err
+	}
+	if err := opts.Cluster.Env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: demoNamespace}}); err != nil {
+		return fmt.Errorf("creating namespace %s: %w", demoNamespace, err)
+	}
+	return nil
 }
