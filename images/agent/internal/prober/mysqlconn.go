@@ -181,5 +181,14 @@ func (c *mysqlPacketConn) keep(err error) error {
 
 // firstError is the first error a read or write met, if any.
 func (c *mysqlPacketConn) firstError() error {
-	return c.err
+	if c.err != nil {
+		return c.err
+	}
+	// Under TLS the relay may have ended (a packet over the bound) without the driver's last
+	// read or write reporting it here: the driver's TLS keeps the first error it met and
+	// answers later calls from it, and the driver reports what it met as "invalid connection".
+	if r := c.relay.Load(); r != nil {
+		return r.firstError()
+	}
+	return nil
 }
