@@ -126,6 +126,50 @@ func TestServiceTrafficFollowsEndpointSlices(t *testing.T) {
 		}
 	})
 
+	// The traffic client leaves from an address of its own (cluster.TrafficClientIP), not
+	// from the cluster namespace's address the agents probe from: a DNATed client connection
+	// whose reply tuple meets a probe's conntrack entry would lose every SYN (netns.go).
+	t.Run("requests through the ClusterIP leave from the traffic client's address", func(t *testing.T) {
+		ns := c.Env.CreateNamespaceForTest(t, "client")
+		const port, target = 80, 8080
+		a := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "a", Node: "node-a"})
+		var ln net.Listener
+		require.NoError(t, a.InNetns(func() (err error) {
+			ln, err = net.Listen("tcp4", net.JoinHostPort(a.IP.String(), strconv.Itoa(target)))
+			return err
+		}))
+		t.Cleanup(func() { _ = ln.Close() })
+		sources := make(chan string, 64)
+		go func() {
+			for {
+				conn, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				sources <- conn.RemoteAddr().(*net.TCPAddr).IP.String()
+				_, _ = fmt.Fprintln(conn, a.Key())
+				_ = conn.Close()
+			}
+		}()
+		svc := createService(t, c, ns, "web", port, target)
+		writeSlice(t, c, ns, "web", "web-1", target, a.Endpoint(ready))
+		c.WaitProgrammed(t, svc, port, a)
+
+		res := c.Requests(t, cluster.TrafficOptions{Service: svc, Port: port, Protocol: cluster.TCP, Count: 5})
+
+		assert.Equal(t, 5, res.OK(), "%s", res)
+		require.Len(t, sources, 5)
+		for range 5 {
+			assert.Equal(t, cluster.TrafficClientIP, <-sources, "the source of a request through the ClusterIP")
+		}
+		// A connection of this process that names no source (an agent's probe) still leaves
+		// from the cluster namespace's own address.
+		conn, err := net.DialTimeout("tcp4", net.JoinHostPort(a.IP.String(), strconv.Itoa(target)), 2*time.Second)
+		require.NoError(t, err)
+		_ = conn.Close()
+		assert.NotEqual(t, cluster.TrafficClientIP, <-sources, "a probe's source")
+	})
+
 	t.Run("an endpoint set to ready=false stops receiving new connections", func(t *testing.T) {
 		ns := c.Env.CreateNamespaceForTest(t, "unready")
 		const port, target = 7000, 7000

@@ -268,6 +268,7 @@ func setupHostNetwork() error {
 		"link set lo up",
 		"link add " + gatewayLink + " type veth peer name " + gatewayPeerLink,
 		"addr add " + gatewayIP + "/24 dev " + gatewayLink,
+		"addr add " + TrafficClientIP + "/24 dev " + gatewayLink, // secondary: never a default source
 		"link set " + gatewayLink + " up",
 		"link set " + gatewayPeerLink + " up",
 	}); err != nil {

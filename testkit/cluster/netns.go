@@ -34,6 +34,15 @@ const (
 	// gatewayIP is the cluster namespace's own address (the API server advertises it; pods
 	// route through it).
 	gatewayIP = "198.19.0.1"
+	// TrafficClientIP is the cluster namespace's second address, the source of the traffic
+	// loops' IPv4 requests (clientDialer). The agents probe pods from gatewayIP; a client on
+	// the same address whose ClusterIP connection kube-proxy DNATs to a pod can meet a probe's
+	// conntrack entry (often TIME_WAIT) with the same reply tuple, and the kernel then drops
+	// every SYN of that connection: a connect timeout the product did not cause (seen as
+	// `dial tcp <ClusterIP>:3306: i/o timeout` in the demo and reproduced alone, development/
+	// TEST-HARNESS.md, "The traffic client's address"). In a cluster, clients are pods with
+	// addresses of their own, or node processes that kube-proxy masquerades.
+	TrafficClientIP = "198.19.0.2"
 	// blackholeNextHop is the default route's next hop: nobody answers ARP for it.
 	blackholeNextHop = "198.19.0.254"
 

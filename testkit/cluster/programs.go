@@ -40,6 +40,7 @@ func (c *Cluster) StartTraffic(ctx context.Context, opts TrafficOptions) (*Traff
 	if err != nil {
 		return nil, fmt.Errorf("traffic: %w", err)
 	}
+	opts.fromClientIP = !c.ciliumDataplane
 	return startLoop(ctx, opts, func(ctx context.Context, tr *Traffic, opts TrafficOptions) { tr.run(ctx, target, opts) }), nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
@@ -44,6 +45,10 @@ type TrafficOptions struct {
 	Duration time.Duration
 	// Timeout of one request, connect to reply (default 2 s).
 	Timeout time.Duration
+
+	// fromClientIP: IPv4 requests leave from TrafficClientIP (Cluster.Traffic sets it unless
+	// Cilium's socket LB, which translates at connect() and keeps no NAT entry, is the dataplane).
+	fromClientIP bool
 }
 
 // Result is one request of a traffic loop.
@@ -163,6 +168,7 @@ func (c *Cluster) Traffic(t testing.TB, opts TrafficOptions) *Traffic {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 2 * time.Second
 	}
+	opts.fromClientIP = !c.ciliumDataplane
 	var ctx context.Context
 	var cancel context.CancelFunc
 	if opts.Duration > 0 {
@@ -235,7 +241,7 @@ func (tr *Traffic) loop(ctx context.Context, opts TrafficOptions, request func(c
 		Transport: &http.Transport{
 			Proxy:             nil,
 			DisableKeepAlives: true,
-			DialContext:       (&net.Dialer{Timeout: opts.Timeout}).DialContext,
+			DialContext:       clientDialer(opts.Timeout, opts.fromClientIP),
 		},
 	}
 	defer hc.CloseIdleConnections()
@@ -266,17 +272,18 @@ func (tr *Traffic) loop(ctx context.Context, opts TrafficOptions, request func(c
 
 // send sends one request of opts.Protocol to target and records its answer in res.
 func send(ctx context.Context, hc *http.Client, target string, opts TrafficOptions, res *Result) {
+	dc := clientDialer(opts.Timeout, opts.fromClientIP)
 	switch opts.Protocol {
 	case HTTP:
 		res.Pod, res.Status, res.OK, res.Err = requestHTTP(ctx, hc, target)
 	case TCP:
-		res.Pod, res.OK, res.Err = requestTCP(ctx, target, opts.Timeout)
+		res.Pod, res.OK, res.Err = requestTCP(ctx, target, opts.Timeout, dc)
 	case SMTP:
-		res.Pod, res.OK, res.Err = requestSMTP(ctx, target, opts.Timeout)
+		res.Pod, res.OK, res.Err = requestSMTP(ctx, target, opts.Timeout, dc)
 	case PostgreSQL:
-		res.Pod, res.OK, res.Err = requestPostgreSQL(ctx, target, opts.PostgreSQL, opts.Timeout)
+		res.Pod, res.OK, res.Err = requestPostgreSQL(ctx, target, opts.PostgreSQL, opts.Timeout, dc)
 	case MySQL:
-		res.Pod, res.OK, res.Err = requestMySQL(ctx, target, opts.MySQL, opts.Timeout)
+		res.Pod, res.OK, res.Err = requestMySQL(ctx, target, opts.MySQL, opts.Timeout, dc)
 	default:
 		res.Err = fmt.Sprintf("unknown protocol %q", opts.Protocol)
 	}
@@ -306,8 +313,34 @@ func requestHTTP(ctx context.Context, hc *http.Client, target string) (pod strin
 	return pod, resp.StatusCode, true, ""
 }
 
-func dial(ctx context.Context, target string, timeout time.Duration) (net.Conn, error) {
-	c, err := (&net.Dialer{Timeout: timeout}).DialContext(ctx, "tcp", target)
+// DialContext is a net.Dialer's DialContext.
+type DialContext func(ctx context.Context, network, address string) (net.Conn, error)
+
+// clientDialer dials like a net.Dialer with the timeout; with fromClientIP, a connection to an
+// IPv4 address leaves from TrafficClientIP (netns.go says why).
+func clientDialer(timeout time.Duration, fromClientIP bool) DialContext {
+	return func(ctx context.Context, network, address string) (net.Conn, error) {
+		d := &net.Dialer{Timeout: timeout}
+		if fromClientIP {
+			if host, _, err := net.SplitHostPort(address); err == nil {
+				if ip, err := netip.ParseAddr(host); err == nil && ip.Is4() {
+					d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(TrafficClientIP)}
+				}
+			}
+		}
+		return d.DialContext(ctx, network, address)
+	}
+}
+
+// ClientDialer is the dialer of the cluster's traffic loops, for clients of one's own (the
+// demo's gRPC requests): from the cluster namespace's client address where the dataplane
+// NATs (clientDialer).
+func (c *Cluster) ClientDialer(timeout time.Duration) DialContext {
+	return clientDialer(timeout, !c.ciliumDataplane)
+}
+
+func dial(ctx context.Context, target string, timeout time.Duration, dc DialContext) (net.Conn, error) {
+	c, err := dc(ctx, "tcp", target)
 	if err != nil {
 		return nil, err
 	}
@@ -315,8 +348,8 @@ func dial(ctx context.Context, target string, timeout time.Duration) (net.Conn, 
 	return c, nil
 }
 
-func requestTCP(ctx context.Context, target string, timeout time.Duration) (pod string, ok bool, errMsg string) {
-	c, err := dial(ctx, target, timeout)
+func requestTCP(ctx context.Context, target string, timeout time.Duration, dc DialContext) (pod string, ok bool, errMsg string) {
+	c, err := dial(ctx, target, timeout, dc)
 	if err != nil {
 		return "", false, err.Error()
 	}
@@ -332,8 +365,8 @@ func requestTCP(ctx context.Context, target string, timeout time.Duration) (pod 
 	return pod, true, ""
 }
 
-func requestSMTP(ctx context.Context, target string, timeout time.Duration) (pod string, ok bool, errMsg string) {
-	c, err := dial(ctx, target, timeout)
+func requestSMTP(ctx context.Context, target string, timeout time.Duration, dc DialContext) (pod string, ok bool, errMsg string) {
+	c, err := dial(ctx, target, timeout, dc)
 	if err != nil {
 		return "", false, err.Error()
 	}

@@ -45,7 +45,7 @@ func (p *Pod) MariaDBOptions(opts mariadb.Options) mariadb.Options {
 }
 
 // requestMySQL is one request of the MySQL protocol.
-func requestMySQL(ctx context.Context, target string, login *MySQLLogin, timeout time.Duration) (pod string, ok bool, errMsg string) {
+func requestMySQL(ctx context.Context, target string, login *MySQLLogin, timeout time.Duration, dc DialContext) (pod string, ok bool, errMsg string) {
 	cfg := mysql.NewConfig()
 	cfg.Net, cfg.Addr, cfg.User = "tcp", target, "root"
 	if login != nil {
@@ -53,6 +53,7 @@ func requestMySQL(ctx context.Context, target string, login *MySQLLogin, timeout
 	}
 	cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = timeout, timeout, timeout
 	cfg.Logger = &mysql.NopLogger{}
+	cfg.DialFunc = dc
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return "", false, err.Error()

@@ -56,7 +56,7 @@ func (p *Pod) PostgreSQLOptions(opts postgres.Options) postgres.Options {
 }
 
 // requestPostgreSQL is one request of the PostgreSQL protocol.
-func requestPostgreSQL(ctx context.Context, target string, login *PostgreSQLLogin, timeout time.Duration) (pod string, ok bool, errMsg string) {
+func requestPostgreSQL(ctx context.Context, target string, login *PostgreSQLLogin, timeout time.Duration, dc DialContext) (pod string, ok bool, errMsg string) {
 	host, port, err := net.SplitHostPort(target)
 	if err != nil {
 		return "", false, err.Error()
@@ -82,6 +82,7 @@ func requestPostgreSQL(ctx context.Context, target string, login *PostgreSQLLogi
 	}
 	cfg.Password = l.Password
 	cfg.ConnectTimeout = timeout
+	cfg.DialFunc = pgconn.DialFunc(dc)
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	conn, err := pgconn.ConnectConfig(rctx, cfg)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -349,6 +350,7 @@ func (d *demo) pgRequest(ctx context.Context, ip string, write bool, timeout tim
 	if err != nil {
 		return "", err
 	}
+	cfg.DialFunc = pgconn.DialFunc(d.c.ClientDialer(timeout))
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return "", err

@@ -86,15 +86,17 @@ func (d *demo) setGRPC(st healthpb.HealthCheckResponse_ServingStatus) (string, e
 // service.
 func (l *loop) runGRPC(ctx context.Context) {
 	l.runOne(ctx, loopInterval, func(ip string) (string, error) {
-		return grpcRequest(ctx, net.JoinHostPort(ip, strconv.Itoa(int(l.port))), loopTimeout)
+		return grpcRequest(ctx, net.JoinHostPort(ip, strconv.Itoa(int(l.port))), loopTimeout, l.d.c.ClientDialer(loopTimeout))
 	})
 }
 
-// grpcRequest calls the health service's List at addr on a new connection.
-func grpcRequest(ctx context.Context, addr string, timeout time.Duration) (string, error) {
+// grpcRequest calls the health service's List at addr on a new connection dialled by dc (the
+// cluster's client dialer: from the traffic client's address).
+func grpcRequest(ctx context.Context, addr string, timeout time.Duration, dc cluster.DialContext) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return dc(ctx, "tcp", addr) }))
 	if err != nil {
 		return "", err
 	}
