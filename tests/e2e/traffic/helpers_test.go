@@ -61,7 +61,7 @@ var webPorts = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protoc
 
 // createResource creates the resource and waits until the controller has made its Service
 // (requests go to that Service's ClusterIP).
-func createResource(t *testing.T, c *cluster.Cluster, swh *v1alpha1.ServiceWithHealthchecks) {
+func createResource(t testing.TB, c *cluster.Cluster, swh *v1alpha1.ServiceWithHealthchecks) {
 	t.Helper()
 	require.NoError(t, c.Env.Client.Create(t.Context(), swh))
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -90,7 +90,7 @@ type sliceWatch struct {
 
 // watchSlices lists the namespace's slices and watches them from that list's resourceVersion,
 // so no change after the returned initial state is missed.
-func watchSlices(t *testing.T, c *cluster.Cluster, ns string) *sliceWatch {
+func watchSlices(t testing.TB, c *cluster.Cluster, ns string) *sliceWatch {
 	t.Helper()
 	wc, err := client.NewWithWatch(c.Env.Config, client.Options{Scheme: c.Env.Scheme})
 	require.NoError(t, err)

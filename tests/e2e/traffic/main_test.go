@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 // testStack returns the shared stack, started by the first test that needs it; it skips the
 // test without root. The test holds the stack alone until it ends: scenario 5 restarts the
 // shared programs.
-func testStack(t *testing.T) *stack.Stack {
+func testStack(t testing.TB) *stack.Stack {
 	t.Helper()
 	return shared.Get(t)
 }

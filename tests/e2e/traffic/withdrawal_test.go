@@ -9,12 +9,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/deckhouse/service-with-healthchecks/api/v1alpha1"
-	"github.com/deckhouse/service-with-healthchecks/api/wellknown"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 	"github.com/deckhouse/service-with-healthchecks/testkit/stack"
 	"github.com/deckhouse/service-with-healthchecks/tests/internal/e2e"
@@ -72,11 +69,9 @@ func stoppedAgentIsWithdrawn(t *testing.T, s *stack.Stack) {
 	withdrawn := time.Now()
 	// The grace counts from the agent's last renewal, which may come up to one renewal interval
 	// before the stop: read it from the Lease the stopped agent left behind.
-	var lease coordinationv1.Lease
-	require.NoError(t, c.Env.Client.Get(t.Context(), client.ObjectKey{Namespace: stack.Namespace, Name: wellknown.AgentLeaseName("node-b")}, &lease))
-	require.NotNil(t, lease.Spec.RenewTime, "node-b's Lease was renewed before the stop")
-	lastRenewal := lease.Spec.RenewTime.Time
-	withdrawalSeen := firstChangeTo(w, "web-http-node-b", ip(b), "FFF")
+	last, err := lastRenewal(t, s, "node-b")
+	require.NoError(t, err)
+	withdrawalSeen := firstChangeTo(w, stopped, "web-http-node-b", ip(b), "FFF")
 	kit.WaitRequestsAfter(t, loop, withdrawn, minInWindow)
 
 	restarting := time.Now()
@@ -90,9 +85,9 @@ func stoppedAgentIsWithdrawn(t *testing.T, s *stack.Stack) {
 	res := loop.Stop()
 
 	assert.Empty(t, res.Failed(), "requests across the withdrawal and the return: %s; failed: %s", res, e2e.Failures(res))
-	assert.GreaterOrEqual(t, withdrawalSeen.Sub(lastRenewal), s.Options().AgentLostGrace,
+	assert.GreaterOrEqual(t, withdrawalSeen.Sub(last), s.Options().AgentLostGrace,
 		"nothing is withdrawn before the grace since the agent's last renewal (%s, stop at %s, withdrawal seen at %s)",
-		lastRenewal.Format(time.StampMicro), stopped.Format(time.StampMicro), withdrawalSeen.Format(time.StampMicro))
+		last.Format(time.StampMicro), stopped.Format(time.StampMicro), withdrawalSeen.Format(time.StampMicro))
 	assert.Positive(t, between(res, stopped, withdrawn).ByPod()[b.Key()], "node-b's pod serves until it is withdrawn")
 	after := between(res, withdrawn, restarting)
 	assert.Equal(t, map[string]int{a.Key(): len(after)}, after.ByPod(), "while withdrawn, only node-a's pod gets new connections")
@@ -101,13 +96,14 @@ func stoppedAgentIsWithdrawn(t *testing.T, s *stack.Stack) {
 		"web-http-node-b: " + ip(b) + " FFF -> TTF",
 	}, about(w.ConditionChanges(), ip(b)), "node-b's pod: withdrawn, then published again")
 	t.Logf("FIGURES scenario=withdrawal dataplane=%s lastRenewal->withdrawalSeen=%s stopped->programmed=%s requests=%d failed=%d", c.Dataplane(),
-		withdrawalSeen.Sub(lastRenewal).Round(time.Millisecond), withdrawn.Sub(stopped).Round(time.Millisecond), len(res), len(res.Failed()))
+		withdrawalSeen.Sub(last).Round(time.Millisecond), withdrawn.Sub(stopped).Round(time.Millisecond), len(res), len(res.Failed()))
 }
 
-// firstChangeTo is when the watch first saw the address in the slice with the conditions.
-func firstChangeTo(w *sliceWatch, slice, addr, conditions string) time.Time {
+// firstChangeTo is when the watch first saw, after since, the address in the slice with the
+// conditions.
+func firstChangeTo(w *sliceWatch, since time.Time, slice, addr, conditions string) time.Time {
 	for _, ch := range w.Changes() {
-		if ch.Slice == slice && ch.Endpoints[addr] == conditions {
+		if !ch.At.Before(since) && ch.Slice == slice && ch.Endpoints[addr] == conditions {
 			return ch.At
 		}
 	}

@@ -132,7 +132,7 @@ func EndpointsOf(ctx context.Context, c *cluster.Cluster, ns, resource string) (
 
 // EventuallyEndpoints waits until the resource's slices are exactly want (slice name ->
 // address -> "RST" conditions).
-func (tm Timing) EventuallyEndpoints(t *testing.T, c *cluster.Cluster, ns, resource string, want map[string]map[string]string) {
+func (tm Timing) EventuallyEndpoints(t testing.TB, c *cluster.Cluster, ns, resource string, want map[string]map[string]string) {
 	t.Helper()
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		got, err := EndpointsOf(t.Context(), c, ns, resource)

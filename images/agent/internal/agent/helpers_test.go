@@ -53,7 +53,7 @@ func TestMain(m *testing.M) {
 
 // testCluster returns the shared cluster, started by the first test that needs it; it skips the
 // test without root.
-func testCluster(t *testing.T) *cluster.Cluster {
+func testCluster(t testing.TB) *cluster.Cluster {
 	t.Helper()
 	return shared.Get(t)
 }
@@ -74,7 +74,7 @@ func withBurst(n int) agentOpt               { return func(o *agent.Options) { o
 
 // startAgent starts an agent for node with the real prober (unless a runner is given); it
 // stops at the end of the test at the latest.
-func startAgent(t *testing.T, c *cluster.Cluster, node string, opts ...agentOpt) *runningAgent {
+func startAgent(t testing.TB, c *cluster.Cluster, node string, opts ...agentOpt) *runningAgent {
 	t.Helper()
 	o := agent.Options{
 		NodeName:               node,
