@@ -458,7 +458,7 @@ func (b *bench) kcmSample(ctx context.Context, w *watcher, pods *statusPods, i i
 	if b.rules != nil {
 		// kube-proxy syncs at most once per minSyncPeriod: the agent's sample just made it
 		// sync, and a change arriving now would wait out the rest of that period; Cilium takes
-		// in changes on a 100 ms tick, which the agent's sample just ended after. The agent's
+		// in changes on a 500 ms tick, which the agent's sample just ended after. The agent's
 		// decisive probes come at a random moment within its period, long after the built-in
 		// sample before it; this pause gives the built-in side the same dataplane (ruleWatch.idle).
 		time.Sleep(b.rules.idle())

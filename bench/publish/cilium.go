@@ -32,10 +32,11 @@ const dataplaneCilium = "cilium"
 const ciliumPoll = time.Millisecond
 
 // ciliumTick is how often cilium-agent hands the Service and EndpointSlice events it buffered
-// to its load-balancing tables: reflectorWaitTime in v1.20.2's pkg/loadbalancer/reflectors
-// (k8s.go), a free-running ticker (github.com/cilium/stream's Buffer), not reset by activity.
-// A change waits 0 to 100 ms for it whatever the load.
-const ciliumTick = 100 * time.Millisecond
+// to its load-balancing tables: --lb-reflector-wait-time, 500 ms by default in v1.20.2
+// (pkg/loadbalancer/config.go; the Helm chart's loadBalancer.reflectorWaitTime, which
+// testkit/cluster leaves alone), the period of a free-running ticker (github.com/cilium/stream
+// v0.0.1's Buffer), not reset by activity. A change waits 0 to 500 ms for it whatever the load.
+const ciliumTick = 500 * time.Millisecond
 
 // ciliumPollLimit ends a poller whose sample failed before waiting for it.
 const ciliumPollLimit = 5 * time.Minute

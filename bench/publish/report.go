@@ -124,7 +124,8 @@ func dataplaneText(dataplane string) string {
 			"(every 1 ms, github.com/cilium/ebpf) of its BPF service map `cilium_lb4_services_v2` at which the master entry of " +
 			"`ClusterIP:80/TCP` counts one backend fewer or more than before the flip (Cilium writes it after the backend slots; " +
 			"the slots are checked to hold the endpoint, or not, after the sample). Cilium takes in EndpointSlice changes on a " +
-			"free-running 100 ms tick, so a sample waits 0–100 ms for it; a built-in sample starts at a random phase of that tick"
+			"free-running tick (`--lb-reflector-wait-time`, default 500 ms), so every sample of either side waits 0–500 ms for it, " +
+			"250 ms on average; a built-in sample starts at a random phase of that tick"
 	}
 	return "kube-proxy v1.37, nftables, `minSyncPeriod: 100ms`, in the cluster namespace; the end of a sample is the moment " +
 		"`nft monitor` shows the Service's dispatch rule written with the endpoint in or out"
