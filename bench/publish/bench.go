@@ -52,7 +52,7 @@ type bench struct {
 	// api reads the API server's metrics (-apiserver-gc; nil otherwise).
 	api *apiServer
 	// rules follows the dataplane's rules (-dataplane; nil otherwise).
-	rules *ruleWatch
+	rules ruleWatch
 }
 
 func newBench(ctx context.Context, c *cluster.Cluster, o options) (*bench, error) {
@@ -75,7 +75,7 @@ func newBench(ctx context.Context, c *cluster.Cluster, o options) (*bench, error
 	}
 	b := &bench{c: c, o: o, cs: cs, dir: dir}
 	if o.dataplane != "" {
-		if b.rules, err = newRuleWatch(ctx); err != nil {
+		if b.rules, err = newRuleWatch(ctx, c, o.dataplane); err != nil {
 			return nil, err
 		}
 	}
@@ -411,7 +411,10 @@ func (b *bench) measure(ctx context.Context, n int) (res sizeResult, err error) 
 // at the server to the watch event that shows the endpoint's new ready state.
 func (b *bench) agentSample(ctx context.Context, w *watcher, srv *flipServer, addr netip.Addr, ready bool) (sample, error) {
 	ev := w.expect("agent", addr, ready)
-	rule := b.expectRule(w.ns+"/agent", addr, ready)
+	rule, err := b.expectRule(ctx, w.ns+"/agent", addr, ready)
+	if err != nil {
+		return sample{}, err
+	}
 	flipped := srv.flip(addr, ready)
 	got, err := ev.wait(ctx, b.o.waitTimeout)
 	if err != nil {
@@ -430,19 +433,19 @@ func (b *bench) agentSample(ctx context.Context, w *watcher, srv *flipServer, ad
 
 // expectRule registers with the dataplane's rule watch (nil without -dataplane) what the next
 // rule of the Service must show.
-func (b *bench) expectRule(service string, addr netip.Addr, in bool) *ruleExpectation {
+func (b *bench) expectRule(ctx context.Context, service string, addr netip.Addr, in bool) (ruleExpectation, error) {
 	if b.rules == nil {
-		return nil
+		return nil, nil
 	}
-	return b.rules.expect(service, addr, in)
+	return b.rules.expect(ctx, service, addr, in)
 }
 
 // waitRule waits for the expected rule and returns its time since start (0 without -dataplane).
-func (b *bench) waitRule(ctx context.Context, e *ruleExpectation, start time.Time) (time.Duration, error) {
+func (b *bench) waitRule(ctx context.Context, e ruleExpectation, start time.Time) (time.Duration, error) {
 	if e == nil {
 		return 0, nil
 	}
-	at, err := e.wait(ctx, b.rules, b.o.waitTimeout)
+	at, err := e.wait(ctx, b.o.waitTimeout)
 	if err != nil {
 		return 0, err
 	}
@@ -454,13 +457,17 @@ func (b *bench) waitRule(ctx context.Context, e *ruleExpectation, start time.Tim
 func (b *bench) kcmSample(ctx context.Context, w *watcher, pods *statusPods, i int, ready bool) (sample, error) {
 	if b.rules != nil {
 		// kube-proxy syncs at most once per minSyncPeriod: the agent's sample just made it
-		// sync, and a change arriving now would wait out the rest of that period. The agent's
+		// sync, and a change arriving now would wait out the rest of that period; Cilium takes
+		// in changes on a 500 ms tick, which the agent's sample just ended after. The agent's
 		// decisive probes come at a random moment within its period, long after the built-in
-		// sample before it; this pause gives the built-in side the same idle dataplane.
-		time.Sleep(dataplaneIdle)
+		// sample before it; this pause gives the built-in side the same dataplane (ruleWatch.idle).
+		time.Sleep(b.rules.idle())
 	}
 	ev := w.expect("builtin", pods.ips[i], ready)
-	rule := b.expectRule(w.ns+"/builtin", pods.ips[i], ready)
+	rule, err := b.expectRule(ctx, w.ns+"/builtin", pods.ips[i], ready)
+	if err != nil {
+		return sample{}, err
+	}
 	start := time.Now()
 	get, err := pods.setReady(ctx, i, ready)
 	if err != nil {

@@ -8,6 +8,7 @@ replace (
 )
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/deckhouse/service-with-healthchecks/api v0.0.0
 	github.com/deckhouse/service-with-healthchecks/testkit v0.0.0
 	k8s.io/api v0.37.2

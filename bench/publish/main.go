@@ -47,7 +47,7 @@ type options struct {
 	// the agent acting as its service account on its node (policies.go); empty: none.
 	policies string
 	// dataplane also measures until the dataplane's rules route the change (rules.go):
-	// dataplaneKubeProxy, or "" for the watch event only.
+	// dataplaneKubeProxy, dataplaneCilium (cilium.go), or "" for the watch event only.
 	dataplane string
 }
 
@@ -72,10 +72,11 @@ func main() {
 		"allocation to the API server every 2 s")
 	flag.StringVar(&o.samplesOut, "samples-out", "", "also write every sample to this CSV file (side, endpoints, round, address, direction, start and watch event as Unix nanoseconds, latency, phase and the built-in GET in nanoseconds)")
 	flag.StringVar(&o.policies, "policies", "", "install the chart's admission policies from this file (tests/internal/cmd/renderchart; run.sh sets it unless POLICIES=0) and run the agent as its service account on its node, so that its slice writes pay the policies' CEL as in a cluster")
-	flag.StringVar(&o.dataplane, "dataplane", "", "also measure until the dataplane routes the change: \"kube-proxy\" runs kube-proxy (nftables) in the cluster namespace and reads its rules as it writes them (nft monitor); empty: the watch event only")
+	flag.StringVar(&o.dataplane, "dataplane", "", "also measure until the dataplane routes the change: \"kube-proxy\" runs kube-proxy (nftables) in the cluster namespace and reads its rules as it writes them (nft monitor); "+
+		"\"cilium\" runs cilium-agent as kube-proxy replacement there and polls its BPF service map every millisecond (needs tools/build.sh cilium and clang: hack/deps.sh --cilium); empty: the watch event only")
 	flag.Parse()
-	if o.dataplane != "" && o.dataplane != dataplaneKubeProxy {
-		fmt.Fprintf(os.Stderr, "publish: -dataplane: %q is not %q (or empty)\n", o.dataplane, dataplaneKubeProxy)
+	if o.dataplane != "" && o.dataplane != dataplaneKubeProxy && o.dataplane != dataplaneCilium {
+		fmt.Fprintf(os.Stderr, "publish: -dataplane: %q is neither %q nor %q (nor empty)\n", o.dataplane, dataplaneKubeProxy, dataplaneCilium)
 		os.Exit(2)
 	}
 	for s := range strings.SplitSeq(sizes, ",") {
@@ -101,7 +102,7 @@ func run(o options) (code int) {
 	c, err := cluster.New(cluster.Options{Nodes: []cluster.Node{
 		{Name: agentNode, Zone: "zone-a"},
 		{Name: kcmNode, Zone: "zone-a"},
-	}, KubeProxy: o.dataplane == dataplaneKubeProxy})
+	}, KubeProxy: o.dataplane == dataplaneKubeProxy, Cilium: o.dataplane == dataplaneCilium})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "publish:", err)
 		return 1

@@ -100,9 +100,8 @@ func reportRules(p func(string, ...any), o options, rs []sizeResult) {
 		}
 		return out
 	}
-	p("\nUp to the dataplane (`-dataplane %s`: kube-proxy v1.37, nftables, `minSyncPeriod: 100ms`, in the cluster namespace; "+
-		"the end of a sample is the moment `nft monitor` shows the Service's dispatch rule written with the endpoint in or out). "+
-		"Start as above: the decisive probe's arrival (agent), the start of the kubelet's writes (built-in):\n\n", o.dataplane)
+	p("\nUp to the dataplane (`-dataplane %s`: %s). Start as above: the decisive probe's arrival (agent), the start of the "+
+		"kubelet's writes (built-in):\n\n", o.dataplane, dataplaneText(o.dataplane))
 	p("| endpoints | round | agent p50 | agent p99 | built-in p50 | built-in p99 | agent / built-in p50 | agent / built-in p99 |\n")
 	p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, r := range rs {
@@ -116,6 +115,20 @@ func reportRules(p func(string, ...any), o options, rs []sizeResult) {
 		p("| %d | all %d samples | %s | %s | %s | %s | %.1f× | %.1f× |\n", r.n, len(all), ms(pct(all, 50)), ms(pct(all, 99)),
 			ms(pct(allK, 50)), ms(pct(allK, 99)), ratio(pct(all, 50), pct(allK, 50)), ratio(pct(all, 99), pct(allK, 99)))
 	}
+}
+
+// dataplaneText says what runs as the dataplane and where a sample's rules latency ends.
+func dataplaneText(dataplane string) string {
+	if dataplane == dataplaneCilium {
+		return "cilium-agent v1.20.2 as kube-proxy replacement in the cluster namespace; the end of a sample is the first read " +
+			"(every 1 ms, github.com/cilium/ebpf) of its BPF service map `cilium_lb4_services_v2` at which the master entry of " +
+			"`ClusterIP:80/TCP` counts one backend fewer or more than before the flip (Cilium writes it after the backend slots; " +
+			"the slots are checked to hold the endpoint, or not, after the sample). Cilium takes in EndpointSlice changes on a " +
+			"free-running tick (`--lb-reflector-wait-time`, default 500 ms), so every sample of either side waits 0–500 ms for it, " +
+			"250 ms on average; a built-in sample starts at a random phase of that tick"
+	}
+	return "kube-proxy v1.37, nftables, `minSyncPeriod: 100ms`, in the cluster namespace; the end of a sample is the moment " +
+		"`nft monitor` shows the Service's dispatch rule written with the endpoint in or out"
 }
 
 // builtinWriteText says where a built-in sample starts.

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 )
 
 // dataplaneKubeProxy is -dataplane's value for kube-proxy (nftables) in the cluster namespace.
@@ -23,7 +25,41 @@ const dataplaneKubeProxy = "kube-proxy"
 // minSyncPeriod (100 ms in testkit/cluster) since the agent's sample has run out.
 const dataplaneIdle = 250 * time.Millisecond
 
-// ruleWatch follows kube-proxy's nftables rules as they change: `nft monitor new rules` prints
+// ruleWatch follows a dataplane's rules for the end of a sample's rules latency: kube-proxy's
+// nftables rules (nftWatch) or Cilium's BPF service map (ciliumWatch, cilium.go).
+type ruleWatch interface {
+	// expect registers, before the flip, what the dataplane must show next for the Service
+	// (namespace/name, port 80): addr among the endpoints that get new connections (in) or not.
+	expect(ctx context.Context, service string, addr netip.Addr, in bool) (ruleExpectation, error)
+	// idle is how long a built-in sample waits before its flip, so that it meets the
+	// dataplane as the agent's sample did (kcmSample).
+	idle() time.Duration
+	stop()
+}
+
+// ruleExpectation is one registered expectation.
+type ruleExpectation interface {
+	// wait returns the moment the dataplane showed the change.
+	wait(ctx context.Context, timeout time.Duration) (time.Time, error)
+}
+
+// newRuleWatch follows the rules of -dataplane's dataplane.
+func newRuleWatch(ctx context.Context, c *cluster.Cluster, dataplane string) (ruleWatch, error) {
+	if dataplane == dataplaneCilium {
+		w, err := newCiliumWatch(ctx, c)
+		if err != nil { // no typed nil in the interface
+			return nil, err
+		}
+		return w, nil
+	}
+	w, err := newNftWatch(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// nftWatch follows kube-proxy's nftables rules as they change: `nft monitor new rules` prints
 // every rule kube-proxy adds, as it adds it. kube-proxy rewrites a Service port's chain
 // (`service-<hash>-<ns>/<name>/tcp/<port>`) with one dispatch rule listing the endpoints that
 // get new connections (`dnat ... to <ip>:<port>` for one, `numgen random mod N map { 0 : <ip> .
@@ -31,15 +67,16 @@ const dataplaneIdle = 250 * time.Millisecond
 // the moment the dataplane routes the change: the end of a sample's rules latency. Reading a
 // stream, not polling `nft list`, keeps the end exact at 1,000 endpoints (a listing takes tens
 // of milliseconds there).
-type ruleWatch struct {
+type nftWatch struct {
 	cmd    *exec.Cmd
 	mu     sync.Mutex
-	want   map[string]*ruleExpectation // by Service, "<namespace>/<name>"
+	want   map[string]*nftExpectation // by Service, "<namespace>/<name>"
 	errs   chan error
 	closed chan struct{}
 }
 
-type ruleExpectation struct {
+type nftExpectation struct {
+	w     *nftWatch
 	addr  string
 	in    bool
 	seen  chan time.Time
@@ -54,9 +91,9 @@ var ruleChain = regexp.MustCompile(`^add rule ip6? kube-proxy service-[A-Z0-9]{8
 // benchmark's pods have no other family).
 var ruleTargets = regexp.MustCompile(`(?:dnat (?:ip )?to |[0-9]+ : )([0-9]+\.[0-9]+\.[0-9]+\.[0-9]+)`)
 
-// newRuleWatch starts `nft monitor` in this network namespace (the cluster's, where kube-proxy
+// newNftWatch starts `nft monitor` in this network namespace (the cluster's, where kube-proxy
 // writes its rules).
-func newRuleWatch(ctx context.Context) (*ruleWatch, error) {
+func newNftWatch(ctx context.Context) (*nftWatch, error) {
 	cmd := exec.CommandContext(ctx, "nft", "monitor", "new", "rules")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
@@ -66,12 +103,12 @@ func newRuleWatch(ctx context.Context) (*ruleWatch, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting nft monitor: %w", err)
 	}
-	w := &ruleWatch{cmd: cmd, want: map[string]*ruleExpectation{}, errs: make(chan error, 1), closed: make(chan struct{})}
+	w := &nftWatch{cmd: cmd, want: map[string]*nftExpectation{}, errs: make(chan error, 1), closed: make(chan struct{})}
 	go w.read(bufio.NewScanner(out))
 	return w, nil
 }
 
-func (w *ruleWatch) read(sc *bufio.Scanner) {
+func (w *nftWatch) read(sc *bufio.Scanner) {
 	defer close(w.closed)
 	sc.Buffer(make([]byte, 0, 1<<16), 16<<20) // a dispatch rule of 1,000 endpoints is ~25 KiB
 	for sc.Scan() {
@@ -88,7 +125,7 @@ func (w *ruleWatch) read(sc *bufio.Scanner) {
 	}
 }
 
-func (w *ruleWatch) observe(service, line string, now time.Time) {
+func (w *nftWatch) observe(service, line string, now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	e := w.want[service]
@@ -108,17 +145,19 @@ func (w *ruleWatch) observe(service, line string, now time.Time) {
 	}
 }
 
-// expect registers what the next dispatch rule of the Service (namespace/name) must show: addr
-// among the endpoints that get new connections (in) or not.
-func (w *ruleWatch) expect(service string, addr netip.Addr, in bool) *ruleExpectation {
-	e := &ruleExpectation{addr: addr.String(), in: in, seen: make(chan time.Time, 1), where: service}
+// expect registers what the next dispatch rule of the Service (namespace/name) must show.
+func (w *nftWatch) expect(_ context.Context, service string, addr netip.Addr, in bool) (ruleExpectation, error) {
+	e := &nftExpectation{w: w, addr: addr.String(), in: in, seen: make(chan time.Time, 1), where: service}
 	w.mu.Lock()
 	w.want[service] = e
 	w.mu.Unlock()
-	return e
+	return e, nil
 }
 
-func (e *ruleExpectation) wait(ctx context.Context, w *ruleWatch, timeout time.Duration) (time.Time, error) {
+func (w *nftWatch) idle() time.Duration { return dataplaneIdle }
+
+func (e *nftExpectation) wait(ctx context.Context, timeout time.Duration) (time.Time, error) {
+	w := e.w
 	select {
 	case t := <-e.seen:
 		return t, nil
@@ -133,14 +172,15 @@ func (e *ruleExpectation) wait(ctx context.Context, w *ruleWatch, timeout time.D
 	}
 }
 
-func (w *ruleWatch) stop() {
+func (w *nftWatch) stop() {
 	if w.cmd.Process != nil {
 		_ = w.cmd.Process.Kill()
 	}
 	_ = w.cmd.Wait()
 }
 
-// waitRouted polls kube-proxy's rules until the Service's port 80 sends new connections to n
+// waitRouted polls the dataplane's rules (cluster.ProgrammedEndpoints: kube-proxy's, or
+// Cilium's service map) until the Service's port 80 sends new connections to n
 // endpoints (the start of a size, before any flip).
 func (b *bench) waitRouted(ctx context.Context, service string, n int) error {
 	deadline := time.Now().Add(5 * time.Minute)
@@ -150,7 +190,7 @@ func (b *bench) waitRouted(ctx context.Context, service string, n int) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("kube-proxy routes %s to %d endpoints, not %d, after 5 minutes (%v)", service, len(eps), n, err)
+			return fmt.Errorf("the dataplane routes %s to %d endpoints, not %d, after 5 minutes (%v)", service, len(eps), n, err)
 		}
 		select {
 		case <-ctx.Done():

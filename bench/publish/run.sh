@@ -13,6 +13,9 @@
 #   AGENT=/path/to/agent bench/publish/run.sh     # an agent built elsewhere
 #   POLICIES=0 bench/publish/run.sh               # without the chart's admission policies (the runs before 2026-12-04)
 #   DATAPLANE=kube-proxy bench/publish/run.sh     # also up to kube-proxy's rules (nft monitor): the latency a client sees
+#   DATAPLANE=cilium bench/publish/run.sh         # also up to Cilium's BPF service map (cilium-agent v1.20.2 as kube-proxy
+#                                                 # replacement; polled every 1 ms): needs `hack/deps.sh --cilium` (clang-19)
+#                                                 # and the cilium tool group (tools/build.sh cilium, ~15 min the first time)
 #
 # By default the chart's ValidatingAdmissionPolicies are installed (rendered with the default
 # settings by tests/internal/cmd/renderchart) and the agent acts as its service account on its

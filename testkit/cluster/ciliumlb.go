@@ -6,8 +6,10 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -68,6 +70,20 @@ func (ca *ciliumAgent) ciliumProgrammed(ctx context.Context, clusterIP string, p
 	}
 	sort.Strings(eps)
 	return eps, nil
+}
+
+// CiliumBPFFS is the bpffs of the cluster namespace's cilium-agent (Options.Cilium) as a path
+// of this process, for readers that poll its maps faster than `cilium-dbg bpf lb list` can
+// (bench/publish): the agent mounts a bpffs of its own in its own mount namespace
+// (ciliumAgentScript), which /proc/<agent PID>/root reaches. Cilium pins its load balancer's
+// maps under tc/globals (cilium_lb4_services_v2, cilium_lb4_backends_v3, ...); the path stays
+// valid while the agent runs. It fails without Options.Cilium, and with NodeKubeProxies (an
+// agent per node, none in the cluster namespace).
+func (c *Cluster) CiliumBPFFS() (string, error) {
+	if c.cilium == nil || c.cilium.proc == nil {
+		return "", errors.New("this cluster runs no cilium-agent in the cluster namespace (Options.Cilium without NodeKubeProxies)")
+	}
+	return filepath.Join("/proc", strconv.Itoa(c.cilium.proc.PID()), "root", "sys", "fs", "bpf"), nil
 }
 
 // lbList runs `cilium-dbg bpf lb list -o json` (with extra flags) in the agent's mount namespace.
