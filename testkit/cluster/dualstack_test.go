@@ -5,8 +5,8 @@ package cluster_test
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -128,10 +128,20 @@ func dualStackClusterRoutesBothFamilies(t *testing.T, opts cluster.Options) {
 		assert.Equal(t, want, res.Pods(), "through %s: both endpoints of the family answer", family)
 	}
 
-	// A pod's IPv6 address is reachable directly, from the first request on (no duplicate
-	// address detection to wait for).
+	// A pod's IPv6 address is usable at once: it is never tentative (no duplicate address
+	// detection to wait for), and the first request reaches the pod.
 	fresh := c.AddPod(t, cluster.PodSpec{Namespace: ns, Name: "fresh", Node: "node-a", IPFamilies: []corev1.IPFamily{corev1.IPv6Protocol}})
+	out, err := fresh.Command("ip", "-6", "addr", "show", "dev", "eth0").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	var line string
+	for l := range strings.Lines(string(out)) {
+		if strings.Contains(l, " "+fresh.IP.String()+"/") {
+			line = l
+		}
+	}
+	assert.Contains(t, line, "nodad", "the pod's address: %s", out)
+	assert.NotContains(t, line, "tentative", "the pod's address is not waiting for duplicate address detection: %s", out)
 	fresh.ServeHTTP(t, 8080)
-	res := c.Requests(t, cluster.TrafficOptions{Address: fresh.IP.String(), Port: 8080, Count: 1, Timeout: 500 * time.Millisecond})
+	res := c.Requests(t, cluster.TrafficOptions{Address: fresh.IP.String(), Port: 8080, Count: 1})
 	assert.Equal(t, []string{fresh.Key()}, res.Pods(), "%s", res)
 }
