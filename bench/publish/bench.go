@@ -410,6 +410,15 @@ func (b *bench) measure(ctx context.Context, n int) (res sizeResult, err error) 
 // agentSample flips the server's answer for addr and measures from the decisive probe's arrival
 // at the server to the watch event that shows the endpoint's new ready state.
 func (b *bench) agentSample(ctx context.Context, w *watcher, srv *flipServer, addr netip.Addr, ready bool) (sample, error) {
+	if b.rules != nil {
+		// The sample before this one (the built-in side's) has just made the dataplane sync,
+		// and the decisive probe may come at any moment of its period after the flip, within
+		// kube-proxy's minSyncPeriod of that sync too (then the change waits out the rest of
+		// it: up to 100 ms added to about a tenth of the samples, found in the quiet run of
+		// 2026-12-06, development/BENCHMARKS-HISTORY.md). The same pause as the built-in
+		// side's (kcmSample) lets each side meet a dataplane that is free to sync.
+		time.Sleep(b.rules.idle())
+	}
 	ev := w.expect("agent", addr, ready)
 	rule, err := b.expectRule(ctx, w.ns+"/agent", addr, ready)
 	if err != nil {
@@ -458,9 +467,9 @@ func (b *bench) kcmSample(ctx context.Context, w *watcher, pods *statusPods, i i
 	if b.rules != nil {
 		// kube-proxy syncs at most once per minSyncPeriod: the agent's sample just made it
 		// sync, and a change arriving now would wait out the rest of that period; Cilium takes
-		// in changes on a 500 ms tick, which the agent's sample just ended after. The agent's
-		// decisive probes come at a random moment within its period, long after the built-in
-		// sample before it; this pause gives the built-in side the same dataplane (ruleWatch.idle).
+		// in changes on a 500 ms tick, which the agent's sample just ended after. This pause
+		// gives the built-in side a dataplane free to sync (ruleWatch.idle), as agentSample's
+		// gives the agent's side.
 		time.Sleep(b.rules.idle())
 	}
 	ev := w.expect("builtin", pods.ips[i], ready)

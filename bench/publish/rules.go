@@ -21,8 +21,8 @@ import (
 // dataplaneKubeProxy is -dataplane's value for kube-proxy (nftables) in the cluster namespace.
 const dataplaneKubeProxy = "kube-proxy"
 
-// dataplaneIdle is how long a built-in sample waits before its flip, so that kube-proxy's
-// minSyncPeriod (100 ms in testkit/cluster) since the agent's sample has run out.
+// dataplaneIdle is how long a sample waits before its flip, so that kube-proxy's minSyncPeriod
+// (100 ms in testkit/cluster) since the other side's sample has run out.
 const dataplaneIdle = 250 * time.Millisecond
 
 // ruleWatch follows a dataplane's rules for the end of a sample's rules latency: kube-proxy's
@@ -31,8 +31,8 @@ type ruleWatch interface {
 	// expect registers, before the flip, what the dataplane must show next for the Service
 	// (namespace/name, port 80): addr among the endpoints that get new connections (in) or not.
 	expect(ctx context.Context, service string, addr netip.Addr, in bool) (ruleExpectation, error)
-	// idle is how long a built-in sample waits before its flip, so that it meets the
-	// dataplane as the agent's sample did (kcmSample).
+	// idle is how long a sample of either side waits before its flip, so that each meets a
+	// dataplane free to take in its change (agentSample, kcmSample).
 	idle() time.Duration
 	stop()
 }
