@@ -107,6 +107,9 @@ type Config struct {
 	// OnAudit, when set (tests), is called after each audit of a slice with its name and the
 	// resourceVersion judged (by its own audit or, found clean, by a sibling's).
 	OnAudit func(name types.NamespacedName, resourceVersion string)
+	// OnQueued, when set (tests), is called with each request the audit's queue takes in and
+	// the node it is queued under (queue.go), under the queue's lock: it must not block.
+	OnQueued func(req reconcile.Request, node string)
 }
 
 // Setup registers the audit with mgr: it judges a slice on its own events and on those of the
@@ -138,7 +141,10 @@ func Setup(mgr ctrl.Manager, m *metrics.Metrics, recorder events.EventRecorder, 
 		// its audit reads the Pod from the API server.
 		WatchesMetadata(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(a.podToSlices),
 			builder.WithPredicates(predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }})).
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(cfg.SkipNameValidation), MaxConcurrentReconciles: cfg.Workers}).
+		// Fair between nodes (queue.go): one node's flood of slices does not hold the audit of the
+		// others' behind it.
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(cfg.SkipNameValidation), MaxConcurrentReconciles: cfg.Workers,
+			NewQueue: fairQueue(mgr.GetCache(), cfg.OnQueued)}).
 		Complete(a)
 	if err != nil {
 		return fmt.Errorf("creating the EndpointSlice audit: %w", err)
