@@ -68,6 +68,26 @@ func (v *Verified) record(s *discoveryv1.EndpointSlice, in Input) {
 	v.m[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}] = verifiedSlice{uid: s.UID, rv: s.ResourceVersion, ok: ok}
 }
 
+// Has tells whether the audit verified endpoint e of slice s at the slice's current version (a
+// nil *Verified: every endpoint is).
+func (v *Verified) Has(s *discoveryv1.EndpointSlice, e *discoveryv1.Endpoint) bool {
+	if v == nil {
+		return true
+	}
+	id, ok := v.idOf(e)
+	if !ok {
+		return false
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	rec, ok := v.m[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}]
+	if !ok || rec.uid != s.UID || rec.rv != s.ResourceVersion {
+		return false
+	}
+	_, yes := rec.ok[id]
+	return yes
+}
+
 func (v *Verified) forget(name types.NamespacedName) {
 	if v == nil {
 		return
