@@ -220,7 +220,7 @@ func (a *Auditor) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	}
 	a.Metrics.AuditedSlices.Inc()
 	forged := Decide(in)
-	a.Verified.record(&s, in)
+	a.Verified.record(&s, in, len(forged) == 0)
 	v := a.confirm.observe(req.NamespacedName, s.UID, in.Node, in.Namespace, forged, cleanKeys(in, forged), a.Now())
 	wait := v.wait
 	if len(forged) == 0 {

@@ -218,7 +218,13 @@ func (a *Auditor) judgeGroup(ctx context.Context, s *discoveryv1.EndpointSlice) 
 }
 
 // groupOf lists, from the cache, the slices of s's group on its node (s included), owned like
-// s, and their names.
+// s, and the names of all of them. Of the others, only those the audit found clean at their
+// current version are returned as slices (Verified.Clean): a slice not judged yet at its version
+// is judged by its own audit, which judges the group again, and a forged one is the forgery's to
+// remove, with its Events and the node's memory (a forged slice repeating a real endpoint of a
+// lower chunk was deleted as redundant when its group's window ended first, and never reported
+// as forged); neither keeps an endpoint for another slice. s itself is the caller's: found clean,
+// or its latest version after a conflict.
 func (a *Auditor) groupOf(ctx context.Context, s *discoveryv1.EndpointSlice) ([]*discoveryv1.EndpointSlice, []types.NamespacedName, error) {
 	var list discoveryv1.EndpointSliceList
 	if err := a.Client.List(ctx, &list, client.InNamespace(s.Namespace), client.MatchingFields{index.SliceNode: slicemeta.NodeOf(s)},
@@ -233,8 +239,10 @@ func (a *Auditor) groupOf(ctx context.Context, s *discoveryv1.EndpointSlice) ([]
 		if o.Name == s.Name || !slicemeta.IsManaged(o) || o.DeletionTimestamp != nil || groupKeyOf(o) != key {
 			continue
 		}
-		group = append(group, o)
 		names = append(names, types.NamespacedName{Namespace: o.Namespace, Name: o.Name})
+		if a.Verified.Clean(o) {
+			group = append(group, o)
+		}
 	}
 	return group, names, nil
 }

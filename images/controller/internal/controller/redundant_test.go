@@ -42,7 +42,8 @@ func redundantNodeEvents(t *testing.T, nodeName string) []eventsv1.Event {
 // clock injected, a chunk that repeats for the whole window an endpoint a lower chunk of its
 // group lists (and the audit verified there) is deleted, with RedundantEndpointSlice Events on
 // the resource and on the Node and the metric; the lower chunk stays and the Service keeps the
-// endpoint. A chunk that lists one endpoint twice is deleted the same way (its only endpoint
+// endpoint. A forged chunk that also repeats that endpoint is removed as a forgery (Event
+// ForgedEndpointSlice, the forged metric), not as a redundant slice. A chunk that lists one endpoint twice is deleted the same way (its only endpoint
 // goes with it: the agent publishes its own again). Honest controls, judged after the window
 // has passed in the same audit that deletes the redundant ones, stay: an endpoint the agent
 // moves to a higher chunk (a split: the new chunk first, then the old one updated) and to a
@@ -106,10 +107,15 @@ func TestRedundantChunksAreDeletedAndHonestMovesStay(t *testing.T) {
 	twice := mk(6, endpointOf(twiceP, "10.5.0.30", b.node), endpointOf(twiceP, "10.5.0.30", b.node))
 	c3 := mk(3, e2)                                                                                             // The split's new chunk, listing m2 as chunk 2 does.
 	update(t, b.slices[1], func(s *discoveryv1.EndpointSlice) { s.Endpoints = []discoveryv1.Endpoint{eC, e4} }) // m4 into chunk 1.
-	for _, s := range []*discoveryv1.EndpointSlice{repeat, twice, c3, b.slices[1]} {
+	// A forged chunk that also repeats chunk 0's web-1: a forgery, removed and reported as one.
+	forged := mk(7, endpointOf(b.web1, "10.5.0.1", b.node), endpointOf(b.web1, "10.9.9.9", b.node))
+	for _, s := range []*discoveryv1.EndpointSlice{repeat, twice, c3, b.slices[1], forged} {
 		log.audited(t, s, "slice "+s.Name+" is audited")
 	}
-	for _, s := range []*discoveryv1.EndpointSlice{repeat, twice, c3, c2, c4} {
+	// The group is judged with the forged chunk in it (a clean slice's audit judges its group).
+	touch(t, c3, "in-window")
+	log.audited(t, c3, "the split's new chunk is audited with the forged chunk in its group")
+	for _, s := range []*discoveryv1.EndpointSlice{repeat, twice, c3, c2, c4, forged} {
 		require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(s), &discoveryv1.EndpointSlice{}),
 			"slice %s stays while the window runs (the clock stands still)", s.Name)
 	}
@@ -128,6 +134,7 @@ func TestRedundantChunksAreDeletedAndHonestMovesStay(t *testing.T) {
 	log.audited(t, c3, "the split's new chunk is audited after the window")
 	gone(t, repeat, "the chunk repeating chunk 0's endpoint is deleted")
 	gone(t, twice, "the chunk listing an endpoint twice is deleted")
+	gone(t, forged, "the forged chunk is deleted")
 	for _, s := range []*discoveryv1.EndpointSlice{c2, c3, c4, otherPort} {
 		require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(s), &discoveryv1.EndpointSlice{}),
 			"honest slice %s stays", s.Name)
@@ -146,7 +153,14 @@ func TestRedundantChunksAreDeletedAndHonestMovesStay(t *testing.T) {
 	}
 	b.kept(t)
 	assert.Equal(t, float64(2), testutil.ToFloat64(run.metrics.RedundantSlices), "the repeat and the twice-listing chunk")
-	assert.Zero(t, testutil.ToFloat64(run.metrics.ForgedSlices), "nothing here is a forgery")
+	assert.Equal(t, float64(1), testutil.ToFloat64(run.metrics.ForgedSlices), "the forged chunk, as a forgery (not as redundant)")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		found := false
+		for _, e := range eventsAbout(t, ns, "web", audit.EventForged) {
+			found = found || (strings.Contains(e.Note, forged.Name) && strings.Contains(e.Note, "address 10.9.9.9 is not an IP of pod web-1"))
+		}
+		assert.True(c, found, "the forged chunk is reported as forged")
+	}, wait, tick)
 
 	// The Events: on the resource (related: the slice) and on the Node.
 	chunk0 := b.slices[0].Name
@@ -174,8 +188,8 @@ func TestRedundantChunksAreDeletedAndHonestMovesStay(t *testing.T) {
 		assert.Contains(c, all, ns+"/"+twice.Name)
 	}, wait, tick, "the Node has the Events")
 	for _, e := range eventsAbout(t, ns, "web", audit.EventRedundant) {
-		for _, honest := range []string{c2.Name, c3.Name, c4.Name, b.slices[1].Name} {
-			assert.NotContains(t, e.Note, "Deleted EndpointSlice "+honest+" ", "no honest chunk is reported")
+		for _, honest := range []string{c2.Name, c3.Name, c4.Name, b.slices[1].Name, forged.Name} {
+			assert.NotContains(t, e.Note, "Deleted EndpointSlice "+honest+" ", "no honest or forged chunk is reported as redundant")
 		}
 	}
 
