@@ -231,9 +231,8 @@ func TestExhaustingSlicesOfANodeAreRemovedAndNeverCounted(t *testing.T) {
 	}, waitFor, poll, "the agent's admission policies are in force")
 	written := time.Now()
 	require.NoError(t, agent.Create(t.Context(), flood), "admission admits the flood of not-ready ghosts")
-	// An empty chunk is refused or undone: today the agent's policy refuses it (its nodeName rule
-	// evaluates the empty list, which the API server hands over as null, to a CEL error, and the
-	// policy fails closed); were it admitted, the audit must remove it.
+	// An empty chunk is refused or undone: the agent's policy refuses it (a rule of its own: the
+	// agent writes no slice without endpoints); were it admitted, the audit must remove it.
 	emptyAdmitted := true
 	if err := agent.Create(t.Context(), empty); err != nil {
 		require.Contains(t, err.Error(), "service-with-healthchecks-agent-endpointslices", "refused by the agent's policy")

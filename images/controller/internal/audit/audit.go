@@ -45,9 +45,11 @@ const EventForged = "ForgedEndpointSlice"
 // slicewrite.SameVersion also at the resourceVersion read, with slicewrite.SameObject whatever
 // changed in it since. A slice rewritten (SameVersion) or deleted since is not deleted blind
 // (deleted false, err nil). The program's one slice writer (package slicewrite) is it, and
-// counts the deletion.
+// counts the deletion: DeleteForged as a forgery, DeleteRedundant as a redundant slice
+// (redundant.go).
 type SliceDeleter interface {
 	DeleteForged(ctx context.Context, s *discoveryv1.EndpointSlice, p slicewrite.Precondition) (deleted bool, err error)
+	DeleteRedundant(ctx context.Context, s *discoveryv1.EndpointSlice, p slicewrite.Precondition) (deleted bool, err error)
 }
 
 // DefaultWorkers is how many slices the audit judges at once by default.
@@ -84,6 +86,8 @@ type Auditor struct {
 	flight singleflight.Group
 	// clean holds the slices a sibling's audit found clean (batch.go).
 	clean *cleanSet
+	// redundant holds since when slices have repeated endpoints of their group (redundant.go).
+	redundant *redundancy
 }
 
 // Config tunes the audit.
@@ -105,8 +109,12 @@ type Config struct {
 	// StaleNode is Auditor.StaleNode.
 	StaleNode func(node string) bool
 	// OnAudit, when set (tests), is called after each audit of a slice with its name and the
-	// resourceVersion judged (by its own audit or, found clean, by a sibling's).
+	// resourceVersion judged (by its own audit or, found clean, by a sibling's), once its group
+	// is judged too (redundant.go) and before a forged slice is deleted.
 	OnAudit func(name types.NamespacedName, resourceVersion string)
+	// OnQueued, when set (tests), is called with each request the audit's queue takes in and
+	// the node it is queued under (queue.go), under the queue's lock: it must not block.
+	OnQueued func(req reconcile.Request, node string)
 }
 
 // Setup registers the audit with mgr: it judges a slice on its own events and on those of the
@@ -128,6 +136,7 @@ func Setup(mgr ctrl.Manager, m *metrics.Metrics, recorder events.EventRecorder, 
 	a := &Auditor{
 		Client: cached, API: mgr.GetAPIReader(), Deleter: cfg.Deleter, Verified: cfg.Verified, StaleNode: cfg.StaleNode,
 		Recorder: recorder, Metrics: m, Now: cfg.Now, confirm: newConfirmer(cfg.Window), clean: newCleanSet(), onAudit: cfg.OnAudit,
+		redundant: newRedundancy(cfg.Window),
 	}
 	a.confirm.onKnown = m.SetNodeForgeries
 	err := ctrl.NewControllerManagedBy(mgr).
@@ -138,7 +147,10 @@ func Setup(mgr ctrl.Manager, m *metrics.Metrics, recorder events.EventRecorder, 
 		// its audit reads the Pod from the API server.
 		WatchesMetadata(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(a.podToSlices),
 			builder.WithPredicates(predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }})).
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(cfg.SkipNameValidation), MaxConcurrentReconciles: cfg.Workers}).
+		// Fair between nodes (queue.go): one node's flood of slices does not hold the audit of the
+		// others' behind it.
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(cfg.SkipNameValidation), MaxConcurrentReconciles: cfg.Workers,
+			NewQueue: fairQueue(mgr.GetCache(), cfg.OnQueued)}).
 		Complete(a)
 	if err != nil {
 		return fmt.Errorf("creating the EndpointSlice audit: %w", err)
@@ -175,6 +187,7 @@ func (a *Auditor) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 			a.confirm.forgetSlice(req.NamespacedName)
 			a.clean.forget(req.NamespacedName)
 			a.Verified.forget(req.NamespacedName)
+			a.redundant.forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
@@ -183,10 +196,16 @@ func (a *Auditor) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 		return ctrl.Result{}, nil
 	}
 	if a.clean.take(req.NamespacedName, version{uid: s.UID, rv: s.ResourceVersion}) {
+		// Audited clean at this version with a sibling (batch.go); whether it repeats endpoints
+		// of its group is the group's, judged now.
+		wait, err := a.judgeGroup(ctx, &s)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
 		if a.onAudit != nil {
 			a.onAudit(req.NamespacedName, s.ResourceVersion)
 		}
-		return ctrl.Result{}, nil // Audited clean at this version with a sibling (batch.go).
+		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	in, audited, err := a.observe(ctx, &s)
 	if err != nil {
@@ -201,13 +220,21 @@ func (a *Auditor) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	}
 	a.Metrics.AuditedSlices.Inc()
 	forged := Decide(in)
-	a.Verified.record(&s, in)
+	a.Verified.record(&s, in, len(forged) == 0)
 	v := a.confirm.observe(req.NamespacedName, s.UID, in.Node, in.Namespace, forged, cleanKeys(in, forged), a.Now())
+	wait := v.wait
+	if len(forged) == 0 {
+		// A clean slice may still repeat endpoints of its group (redundant.go); a forged one is
+		// the forgery's to remove.
+		if wait, err = a.judgeGroup(ctx, &s); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	if a.onAudit != nil {
 		a.onAudit(req.NamespacedName, s.ResourceVersion)
 	}
 	if len(v.confirmed) == 0 {
-		return ctrl.Result{RequeueAfter: v.wait}, nil
+		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	return ctrl.Result{}, a.apply(ctx, &s, in, v)
 }

@@ -155,7 +155,7 @@ func (a *Auditor) auditSiblings(ctx context.Context, s *discoveryv1.EndpointSlic
 		}
 		name := types.NamespacedName{Namespace: sib.Namespace, Name: sib.Name}
 		a.confirm.forgetSlice(name)
-		a.Verified.record(sib, in)
+		a.Verified.record(sib, in, true) // Found clean just above.
 		a.clean.mark(name, version{uid: sib.UID, rv: sib.ResourceVersion}, epoch)
 		a.Metrics.AuditedSlices.Inc()
 	}

@@ -25,11 +25,13 @@ type Verified struct {
 	m    map[types.NamespacedName]verifiedSlice
 }
 
-// verifiedSlice is one slice's record: the resourceVersion audited and its verified endpoints.
+// verifiedSlice is one slice's record: the resourceVersion audited, its verified endpoints, and
+// whether the audit found the slice clean (Decide found no endpoint failing).
 type verifiedSlice struct {
-	uid types.UID
-	rv  string
-	ok  map[uint64]struct{}
+	uid   types.UID
+	rv    string
+	ok    map[uint64]struct{}
+	clean bool
 }
 
 // idOf is the hash of what endpoint e says of its Pod: name, UID and first address.
@@ -51,8 +53,9 @@ func NewVerified() *Verified {
 	return &Verified{seed: maphash.MakeSeed(), m: map[types.NamespacedName]verifiedSlice{}}
 }
 
-// record sets what the audit of slice s (input in) verified: each endpoint check passes.
-func (v *Verified) record(s *discoveryv1.EndpointSlice, in Input) {
+// record sets what the audit of slice s (input in) verified: each endpoint check passes; clean
+// is whether Decide found the slice clean.
+func (v *Verified) record(s *discoveryv1.EndpointSlice, in Input, clean bool) {
 	if v == nil {
 		return
 	}
@@ -65,7 +68,39 @@ func (v *Verified) record(s *discoveryv1.EndpointSlice, in Input) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.m[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}] = verifiedSlice{uid: s.UID, rv: s.ResourceVersion, ok: ok}
+	v.m[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}] = verifiedSlice{uid: s.UID, rv: s.ResourceVersion, ok: ok, clean: clean}
+}
+
+// Has tells whether the audit verified endpoint e of slice s at the slice's current version (a
+// nil *Verified: every endpoint is).
+func (v *Verified) Has(s *discoveryv1.EndpointSlice, e *discoveryv1.Endpoint) bool {
+	if v == nil {
+		return true
+	}
+	id, ok := v.idOf(e)
+	if !ok {
+		return false
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	rec, ok := v.m[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}]
+	if !ok || rec.uid != s.UID || rec.rv != s.ResourceVersion {
+		return false
+	}
+	_, yes := rec.ok[id]
+	return yes
+}
+
+// Clean tells whether the audit found slice s clean at its current version (a nil *Verified:
+// every slice is). A slice not judged yet at this version, or found forged, is not.
+func (v *Verified) Clean(s *discoveryv1.EndpointSlice) bool {
+	if v == nil {
+		return true
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	rec, ok := v.m[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}]
+	return ok && rec.uid == s.UID && rec.rv == s.ResourceVersion && rec.clean
 }
 
 func (v *Verified) forget(name types.NamespacedName) {

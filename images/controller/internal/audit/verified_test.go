@@ -32,7 +32,9 @@ func TestVerifiedFilter(t *testing.T) {
 	out, _ = v.Filter([]discoveryv1.EndpointSlice{s}, true)
 	assert.Len(t, out[0].Endpoints, 2, "kept whole once the caller has waited")
 
-	v.record(&s, in)
+	v.record(&s, in, len(Decide(in)) == 0)
+	assert.False(t, v.Clean(&s), "a slice with a failing endpoint is not clean")
+	assert.True(t, (*Verified)(nil).Clean(&s), "with the audit off every slice is")
 	out, pending = v.Filter([]discoveryv1.EndpointSlice{s}, false)
 	assert.False(t, pending)
 	if assert.Len(t, out[0].Endpoints, 1) {

@@ -84,8 +84,10 @@ func TestForgedEndpointSliceIsDeletedAndHonestOnesStay(t *testing.T) {
 		"the honest slice is audited")
 
 	// Withdrawn endpoints (ready=false, serving=false) of the node's real Pods stay: the
-	// controller's own withdrawal keeps such slices for a returning agent.
-	withdrawn := endpointOf(pod, "10.1.0.5", nodeName)
+	// controller's own withdrawal keeps such slices for a returning agent. (Another Pod than the
+	// honest slice's: an agent lists each endpoint in one slice of its port, node and family.)
+	other := runningPod(t, ns, "web-2", nodeName, "10.1.0.7", map[string]string{"app": "web"})
+	withdrawn := endpointOf(other, "10.1.0.7", nodeName)
 	withdrawn.Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(false)}
 	kept := slice(t, ns, "web", swh.UID, "metrics", nodeName, chunkNamed("metrics", nodeName, 7), withEndpoints(withdrawn))
 

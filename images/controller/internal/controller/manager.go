@@ -116,6 +116,9 @@ type Options struct {
 	// auditReader, when set (tests), wraps the cache reader the audit reads slices and resources
 	// with: a test makes the cache lag behind the API server with it.
 	auditReader func(client.Reader) client.Reader
+	// onAuditQueued, when set (tests), is called with each request the audit's queue takes in
+	// and the node it is queued under (audit.Config.OnQueued).
+	onAuditQueued func(reconcile.Request, string)
 }
 
 // NewManager creates a manager that runs the reconciler while it leads. It serves health on
@@ -254,6 +257,7 @@ func setupAudit(mgr ctrl.Manager, m *metrics.Metrics, writer *slicewrite.Writer,
 	return audit.Setup(mgr, m, eventnote.Capped(mgr.GetEventRecorder(EventSource)), audit.Config{
 		Window: o.AuditWindow, Workers: o.AuditWorkers, Now: o.auditNow, WrapReader: o.auditReader,
 		SkipNameValidation: o.SkipNameValidation, Deleter: writer, Verified: verified, StaleNode: stale, OnAudit: o.onAudit,
+		OnQueued: o.onAuditQueued,
 	})
 }
 

@@ -36,7 +36,9 @@ type honestBed struct {
 	ns, node, longNode string
 	swh                *v1alpha1.ServiceWithHealthchecks
 	web1, web2, web3   *corev1.Pod
-	slices             []*discoveryv1.EndpointSlice
+	// webC is the Pod of the chunk: an agent lists each endpoint in one slice of its group.
+	webC   *corev1.Pod
+	slices []*discoveryv1.EndpointSlice
 }
 
 // podWithPorts creates a Pod bound to nodeName with container port "http" = httpPort and the
@@ -92,6 +94,7 @@ func newHonestBed(t *testing.T, ns string) *honestBed {
 	b.web1 = podWithPorts(t, ns, "web-1", b.node, 8080, sel, "10.5.0.1", "fd00:5::1")
 	b.web2 = podWithPorts(t, ns, "web-2", b.node, 8081, sel, "10.5.0.2")
 	b.web3 = podWithPorts(t, ns, "web-3", b.longNode, 8080, sel, "10.5.0.3")
+	b.webC = podWithPorts(t, ns, "web-c", b.node, 8080, sel, "10.5.0.9")
 	key := slicemeta.SliceKey{Resource: "web", Port: "http", Node: b.node}
 	chunk, v6, split, long := key, key, key, key
 	chunk.Chunk = 1
@@ -104,7 +107,7 @@ func newHonestBed(t *testing.T, ns string) *honestBed {
 	}
 	b.slices = []*discoveryv1.EndpointSlice{
 		mk(key, 8080, endpointOf(b.web1, "10.5.0.1", b.node)),
-		mk(chunk, 8080, endpointOf(b.web1, "10.5.0.1", b.node)),
+		mk(chunk, 8080, endpointOf(b.webC, "10.5.0.9", b.node)),
 		mk(v6, 8080, endpointOf(b.web1, "fd00:5::1", b.node)),
 		mk(split, 8081, endpointOf(b.web2, "10.5.0.2", b.node)),
 		mk(long, 8080, endpointOf(b.web3, "10.5.0.3", b.longNode)),

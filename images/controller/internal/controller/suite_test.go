@@ -190,6 +190,13 @@ type sliceOpt func(*discoveryv1.EndpointSlice)
 // slice creates an EndpointSlice the way the agent publishes it, for resource swh (name and UID).
 func slice(t *testing.T, ns, resource string, uid types.UID, port, nodeName string, opts ...sliceOpt) *discoveryv1.EndpointSlice {
 	t.Helper()
+	s := newSlice(ns, resource, uid, port, nodeName, opts...)
+	create(t, s)
+	return s
+}
+
+// newSlice is the slice that slice creates, not created yet.
+func newSlice(ns, resource string, uid types.UID, port, nodeName string, opts ...sliceOpt) *discoveryv1.EndpointSlice {
 	key := slicemeta.SliceKey{Resource: resource, Port: port, Node: nodeName}
 	s := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
@@ -208,7 +215,6 @@ func slice(t *testing.T, ns, resource string, uid types.UID, port, nodeName stri
 	for _, o := range opts {
 		o(s)
 	}
-	create(t, s)
 	return s
 }
 

@@ -85,6 +85,9 @@ type Metrics struct {
 	// NodeForgeries is, per node, how many confirmed forgeries the audit remembers (a slice of
 	// the node that repeats one is deleted at once); the series is deleted once they expire.
 	NodeForgeries *prometheus.GaugeVec
+	// RedundantSlices counts EndpointSlices deleted because they repeat endpoints that another
+	// slice of their resource, port, node and family lists (no agent plan does).
+	RedundantSlices prometheus.Counter
 
 	mu    sync.Mutex
 	ports map[types.NamespacedName][]string // port label values set per resource
@@ -151,13 +154,17 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: namespace, Name: "node_forged_endpoints",
 			Help: "Forged endpoints the audit has confirmed for a node and remembers (a slice of the node that repeats one is deleted at once), by node; the series goes once they expire.",
 		}, []string{"node"}),
+		RedundantSlices: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "redundant_endpointslices_total",
+			Help: "EndpointSlices of this module deleted because they repeat endpoints that another slice of the same resource, port, node and family lists (an agent lists each endpoint in one slice).",
+		}),
 		ports: map[types.NamespacedName][]string{},
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{
 		m.Reconciles, m.ReconcileDuration, m.Errors, m.Conflicts, m.Adoptions,
 		m.GarbageCollectedSlices, m.ServiceWrites, m.BuiltinSlicesDeleted, m.StatusWrites, m.PortReadyEndpoints, m.PortEndpoints,
-		m.AuditedSlices, m.ForgedSlices, m.NodeForgeries,
+		m.AuditedSlices, m.ForgedSlices, m.NodeForgeries, m.RedundantSlices,
 	} {
 		errs = append(errs, reg.Register(c))
 	}

@@ -84,6 +84,14 @@ func (w *Writer) DeleteForged(ctx context.Context, s *discoveryv1.EndpointSlice,
 	})
 }
 
+// DeleteRedundant deletes a slice the audit found redundant (it repeats endpoints of its group)
+// under p, as DeleteForged does. Counted in swh_controller_redundant_endpointslices_total.
+func (w *Writer) DeleteRedundant(ctx context.Context, s *discoveryv1.EndpointSlice, p Precondition) (bool, error) {
+	return w.deleteCounted(ctx, s, p, metrics.OpDeleteSlice, func(m *metrics.Metrics) prometheus.Counter {
+		return m.RedundantSlices
+	})
+}
+
 // DeleteBuiltin deletes a built-in EndpointSlice of an adopted Service (SameObject: the
 // built-in controller may still have touched it, and it must go all the same), counted in
 // swh_controller_builtin_slices_deleted_total.
