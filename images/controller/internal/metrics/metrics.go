@@ -142,24 +142,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: namespace, Name: "port_endpoints",
 			Help: "All endpoints (ready or not) of a Service port of a ServiceWithHealthchecks (status.ports totalEndpoints), by namespace, name and port.",
 		}, PortLabels),
-		AuditedSlices: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "audited_endpointslices_total",
-			Help: "Audits of this module's EndpointSlices against the Pods their endpoints name.",
-		}),
-		ForgedSlices: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "forged_endpointslices_total",
-			Help: "EndpointSlices of this module deleted because an endpoint does not match the Pod it names (no such Pod, another UID, IP or node, or a Pod the resource does not select).",
-		}),
-		NodeForgeries: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "node_forged_endpoints",
-			Help: "Forged endpoints the audit has confirmed for a node and remembers (a slice of the node that repeats one is deleted at once), by node; the series goes once they expire.",
-		}, []string{"node"}),
-		RedundantSlices: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "redundant_endpointslices_total",
-			Help: "EndpointSlices of this module deleted because they repeat endpoints that another slice of the same resource, port, node and family lists (an agent lists each endpoint in one slice).",
-		}),
 		ports: map[types.NamespacedName][]string{},
 	}
+	m.newAuditMetrics()
 	var errs []error
 	for _, c := range []prometheus.Collector{
 		m.Reconciles, m.ReconcileDuration, m.Errors, m.Conflicts, m.Adoptions,
@@ -179,6 +164,26 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	m.Liveness = lm
 	return m, nil
+}
+
+// newAuditMetrics creates the metrics of the EndpointSlice audit (registered by New).
+func (m *Metrics) newAuditMetrics() {
+	m.AuditedSlices = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Name: "audited_endpointslices_total",
+		Help: "Audits of this module's EndpointSlices against the Pods their endpoints name.",
+	})
+	m.ForgedSlices = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Name: "forged_endpointslices_total",
+		Help: "EndpointSlices of this module deleted because an endpoint does not match the Pod it names (no such Pod, another UID, IP or node, or a Pod the resource does not select).",
+	})
+	m.NodeForgeries = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "node_forged_endpoints",
+		Help: "Forged endpoints the audit has confirmed for a node and remembers (a slice of the node that repeats one is deleted at once), by node; the series goes once they expire.",
+	}, []string{"node"})
+	m.RedundantSlices = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Name: "redundant_endpointslices_total",
+		Help: "EndpointSlices of this module deleted because they repeat endpoints that another slice of the same resource, port, node and family lists (an agent lists each endpoint in one slice).",
+	})
 }
 
 // SetNodeForgeries sets the confirmed forgeries remembered for node (0 deletes its series).
