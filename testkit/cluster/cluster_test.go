@@ -126,9 +126,10 @@ func TestServiceTrafficFollowsEndpointSlices(t *testing.T) {
 		}
 	})
 
-	// The traffic client leaves from an address of its own (cluster.TrafficClientIP), not
-	// from the cluster namespace's address the agents probe from: a DNATed client connection
-	// whose reply tuple meets a probe's conntrack entry would lose every SYN (netns.go).
+	// The traffic client leaves from addresses of its own (cluster.ClientSource), not from the
+	// cluster namespace's address the agents probe from, and from another address for each
+	// ClusterIP: a DNATed client connection whose reply tuple meets a probe's conntrack entry, or
+	// one of a connection to another ClusterIP of the same pod, would lose every SYN (netns.go).
 	t.Run("requests through the ClusterIP leave from the traffic client's address", func(t *testing.T) {
 		ns := c.Env.CreateNamespaceForTest(t, "client")
 		const port, target = 80, 8080
@@ -151,23 +152,33 @@ func TestServiceTrafficFollowsEndpointSlices(t *testing.T) {
 				_ = conn.Close()
 			}
 		}()
-		svc := createService(t, c, ns, "web", port, target)
-		writeSlice(t, c, ns, "web", "web-1", target, a.Endpoint(ready))
-		c.WaitProgrammed(t, svc, port, a)
+		// Two Services whose ClusterIPs kube-proxy DNATs to the same pod (as the demo's
+		// mysql-db-read and mysql-db-write both reach the primary).
+		var seen []string
+		for _, name := range []string{"web", "web-alias"} {
+			svc := createService(t, c, ns, name, port, target)
+			writeSlice(t, c, ns, name, name+"-1", target, a.Endpoint(ready))
+			c.WaitProgrammed(t, svc, port, a)
+			ip, err := c.ClusterIPOf(t.Context(), svc, corev1.IPv4Protocol)
+			require.NoError(t, err)
+			want := cluster.ClientSource(netip.MustParseAddr(ip)).String()
 
-		res := c.Requests(t, cluster.TrafficOptions{Service: svc, Port: port, Protocol: cluster.TCP, Count: 5})
+			res := c.Requests(t, cluster.TrafficOptions{Service: svc, Port: port, Protocol: cluster.TCP, Count: 5})
 
-		assert.Equal(t, 5, res.OK(), "%s", res)
-		require.Len(t, sources, 5)
-		for range 5 {
-			assert.Equal(t, cluster.TrafficClientIP, <-sources, "the source of a request through the ClusterIP")
+			assert.Equal(t, 5, res.OK(), "%s", res)
+			require.Len(t, sources, 5)
+			for range 5 {
+				assert.Equal(t, want, <-sources, "the source of a request through %s's ClusterIP", svc)
+			}
+			seen = append(seen, want)
 		}
+		assert.NotEqual(t, seen[0], seen[1], "the two ClusterIPs of one pod are dialled from different addresses")
 		// A connection of this process that names no source (an agent's probe) still leaves
 		// from the cluster namespace's own address.
 		conn, err := net.DialTimeout("tcp4", net.JoinHostPort(a.IP.String(), strconv.Itoa(target)), 2*time.Second)
 		require.NoError(t, err)
 		_ = conn.Close()
-		assert.NotEqual(t, cluster.TrafficClientIP, <-sources, "a probe's source")
+		assert.NotContains(t, seen, <-sources, "a probe's source")
 	})
 
 	t.Run("an endpoint set to ready=false stops receiving new connections", func(t *testing.T) {

@@ -264,14 +264,17 @@ func setupMounts() error {
 // here, the gateway address and a default route through the pair's far end, which has no
 // address and does not forward, so the route ends here.
 func setupHostNetwork() error {
-	if err := ipBatch("", []string{
+	cmds := []string{
 		"link set lo up",
 		"link add " + gatewayLink + " type veth peer name " + gatewayPeerLink,
 		"addr add " + gatewayIP + "/24 dev " + gatewayLink,
-		"addr add " + TrafficClientIP + "/24 dev " + gatewayLink, // secondary: never a default source
-		"link set " + gatewayLink + " up",
-		"link set " + gatewayPeerLink + " up",
-	}); err != nil {
+	}
+	// The traffic client's addresses: secondaries, never a default source.
+	for i := range trafficClientAddrs {
+		cmds = append(cmds, "addr add "+trafficClientAddr(i).String()+"/24 dev "+gatewayLink)
+	}
+	cmds = append(cmds, "link set "+gatewayLink+" up", "link set "+gatewayPeerLink+" up")
+	if err := ipBatch("", cmds); err != nil {
 		return err
 	}
 	// ip_forward lets pods reach each other through the cluster namespace. Writing it sets

@@ -43,6 +43,16 @@ const (
 	// TEST-HARNESS.md, "The traffic client's address"). In a cluster, clients are pods with
 	// addresses of their own, or node processes that kube-proxy masquerades.
 	TrafficClientIP = "198.19.0.2"
+	// trafficClientExtra is the first of the further client addresses (198.19.0.64–127): a
+	// connection to each IPv4 destination leaves from an address of its own (ClientSource), so
+	// connections to two ClusterIPs that kube-proxy DNATs to the same pod (the demo's
+	// mysql-db-read and mysql-db-write both reach the primary) never share a reply tuple either.
+	// With one client address they did: a connection to one ClusterIP met the other's entry in
+	// TIME_WAIT and lost every SYN (development/TEST-HARNESS.md, "The traffic client's address").
+	trafficClientExtra = "198.19.0.64"
+	// trafficClientAddrs is how many client addresses there are: TrafficClientIP and 63 from
+	// trafficClientExtra.
+	trafficClientAddrs = 64
 	// blackholeNextHop is the default route's next hop: nobody answers ARP for it.
 	blackholeNextHop = "198.19.0.254"
 
@@ -224,4 +234,15 @@ func inNetns(path string, fn func() error) error {
 		errc <- ferr
 	}()
 	return <-errc
+}
+
+// trafficClientAddr is the i-th traffic client address (0 <= i < trafficClientAddrs):
+// TrafficClientIP, then trafficClientExtra and the addresses after it.
+func trafficClientAddr(i int) netip.Addr {
+	if i == 0 {
+		return netip.MustParseAddr(TrafficClientIP)
+	}
+	a := netip.MustParseAddr(trafficClientExtra).As4()
+	a[3] += byte(i - 1)
+	return netip.AddrFrom4(a)
 }

@@ -317,19 +317,43 @@ func requestHTTP(ctx context.Context, hc *http.Client, target string) (pod strin
 type DialContext func(ctx context.Context, network, address string) (net.Conn, error)
 
 // clientDialer dials like a net.Dialer with the timeout; with fromClientIP, a connection to an
-// IPv4 address leaves from TrafficClientIP (netns.go says why).
+// IPv4 address leaves from the client address of that destination (ClientSource; netns.go says
+// why).
 func clientDialer(timeout time.Duration, fromClientIP bool) DialContext {
 	return func(ctx context.Context, network, address string) (net.Conn, error) {
 		d := &net.Dialer{Timeout: timeout}
 		if fromClientIP {
 			if host, _, err := net.SplitHostPort(address); err == nil {
 				if ip, err := netip.ParseAddr(host); err == nil && ip.Is4() {
-					d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(TrafficClientIP)}
+					d.LocalAddr = &net.TCPAddr{IP: ClientSource(ip).AsSlice()}
 				}
 			}
 		}
 		return d.DialContext(ctx, network, address)
 	}
+}
+
+// clientSources gives each IPv4 destination its own source address from the traffic client's
+// range, in the order the destinations are first dialled: TrafficClientIP for the first, then
+// trafficClientExtra onwards (netns.go says why). Every cluster namespace holds the whole range,
+// so one table serves every cluster of the process.
+var clientSources = struct {
+	sync.Mutex
+	byDest map[netip.Addr]netip.Addr
+}{byDest: map[netip.Addr]netip.Addr{}}
+
+// ClientSource is the source address of the traffic loops' requests to the IPv4 address dest
+// (where the dataplane NATs). Past the range's size, destinations share addresses again (round
+// robin), as they all did before.
+func ClientSource(dest netip.Addr) netip.Addr {
+	clientSources.Lock()
+	defer clientSources.Unlock()
+	if src, ok := clientSources.byDest[dest]; ok {
+		return src
+	}
+	src := trafficClientAddr(len(clientSources.byDest) % trafficClientAddrs)
+	clientSources.byDest[dest] = src
+	return src
 }
 
 // ClientDialer is the dialer of the cluster's traffic loops, for clients of one's own (the
