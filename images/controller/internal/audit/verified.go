@@ -54,21 +54,37 @@ func NewVerified() *Verified {
 }
 
 // record sets what the audit of slice s (input in) verified: each endpoint check passes; clean
-// is whether Decide found the slice clean.
+// is whether Decide found the slice clean. On a stale node's slice (in.WholeSlice false) the
+// audit does not judge the endpoints that route nothing, which are the controller's withdrawal
+// of endpoints it had verified: such an endpoint verified at the slice's previous version stays
+// verified, so the status keeps counting it (out of traffic) instead of losing it from its total.
 func (v *Verified) record(s *discoveryv1.EndpointSlice, in Input, clean bool) {
 	if v == nil {
 		return
 	}
+	key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
+	v.mu.RLock()
+	prev, hasPrev := v.m[key]
+	v.mu.RUnlock()
+	hasPrev = hasPrev && prev.uid == s.UID
 	ok := make(map[uint64]struct{}, len(in.Endpoints))
 	for i := range in.Endpoints {
 		e := &in.Endpoints[i]
-		if id, has := v.idOf(e); has && check(in, e) == "" {
+		id, has := v.idOf(e)
+		if !has {
+			continue
+		}
+		if check(in, e) == "" {
+			ok[id] = struct{}{}
+			continue
+		}
+		if _, before := prev.ok[id]; hasPrev && before && !in.WholeSlice && !Routes(e) {
 			ok[id] = struct{}{}
 		}
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.m[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}] = verifiedSlice{uid: s.UID, rv: s.ResourceVersion, ok: ok, clean: clean}
+	v.m[key] = verifiedSlice{uid: s.UID, rv: s.ResourceVersion, ok: ok, clean: clean}
 }
 
 // Has tells whether the audit verified endpoint e of slice s at the slice's current version (a

@@ -63,7 +63,7 @@ func TestTheAuditReadsANodesPodsOncePerNamespaceAndNode(t *testing.T) {
 	}, wait, tick, "the controller's cache has the forger's resource")
 	forged := slice(t, ns, "forger", forger.UID, "http", nodeName, withEndpoints(endpointOf(firstPod, "10.9.9.9", nodeName)))
 	gone(t, forged, "the forged slice is deleted")
-	assert.Equal(t, float64(1), testutil.ToFloat64(run.metrics.ForgedSlices))
+	countsTo(t, run.metrics.ForgedSlices, 1)
 	for _, s := range honest {
 		require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(s), &discoveryv1.EndpointSlice{}), "honest slice %s stays", s.Name)
 	}
@@ -97,7 +97,7 @@ func TestTheAuditLooksAgainAtASliceWhoseResourceItsCacheHasNotSeen(t *testing.T)
 
 	lag.released.Store(true)
 	gone(t, forged, "the forged slice is deleted once the audit's cache has its resource")
-	assert.Equal(t, float64(1), testutil.ToFloat64(run.metrics.ForgedSlices))
+	countsTo(t, run.metrics.ForgedSlices, 1)
 }
 
 // laggingReader hides one resource from the reader it wraps until it is released, and counts

@@ -174,7 +174,7 @@ func TestForgedNotAPodWhoseIPChangedAndWasRepublishedWithinTheWindow(t *testing.
 	clock.advance(10 * audit.DefaultWindow)
 	update(t, s, func(s *discoveryv1.EndpointSlice) { s.Annotations["touch"] = "4" })
 	gone(t, s, "a mismatch that outlasts the window is a forgery")
-	assert.Equal(t, float64(1), testutil.ToFloat64(run.metrics.ForgedSlices))
+	countsTo(t, run.metrics.ForgedSlices, 1)
 }
 
 // podReads counts the requests for Pods of one namespace that pass through a rest.Config: the
@@ -242,7 +242,7 @@ func TestForgedAuditReadsAConstantNumberOfPods(t *testing.T) {
 		s.Endpoints = append(s.Endpoints, endpointOf(first, "10.9.9.9", nodeName))
 	})
 	gone(t, s, "the slice with a forged endpoint is deleted")
-	assert.Equal(t, float64(1), testutil.ToFloat64(run.metrics.ForgedSlices))
+	countsTo(t, run.metrics.ForgedSlices, 1)
 	require.Eventually(t, func() bool {
 		return reads.n.Load()-readsBefore == 2*(audited()-auditsBefore) && audited() > auditsBefore
 	}, wait, tick, "two Pod reads per audit with one forged endpoint (reads %d, audits %d)",
@@ -267,7 +267,7 @@ func TestLegacySliceWithAnEndpointNamingNoNodeIsDeletedByTheAudit(t *testing.T) 
 		delete(s.Labels, wellknown.LabelNodeKey)
 	})
 	gone(t, legacy, "the legacy slice is deleted")
-	assert.Equal(t, float64(1), testutil.ToFloat64(run.metrics.ForgedSlices))
+	countsTo(t, run.metrics.ForgedSlices, 1)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		found := false
 		for _, e := range eventsAbout(t, ns, "web", audit.EventForged) {

@@ -217,7 +217,7 @@ func TestRotatedForgeryIsConfirmedAndItsRepeatsAreDeletedAtOnce(t *testing.T) {
 	clock.advance(w * 6 / 10) // 1.2 windows since the endpoint first appeared, 0.6 since x2 did.
 	update(t, x2, func(s *discoveryv1.EndpointSlice) { s.Annotations["touch"] = "1" })
 	gone(t, x2, "the rotated forgery is confirmed a window after it first appeared")
-	assert.Equal(t, float64(1), testutil.ToFloat64(run.metrics.ForgedSlices))
+	countsTo(t, run.metrics.ForgedSlices, 1)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.NotEmpty(c, nodeEvents(t, b.node, "ConfirmForgery"), "the Node has an Event")
 	}, wait, tick)
@@ -229,7 +229,7 @@ func TestRotatedForgeryIsConfirmedAndItsRepeatsAreDeletedAtOnce(t *testing.T) {
 	sameAddr := endpointOf(b.web2, "10.9.9.9", b.node) // The same address under another Pod.
 	x4 := b.forgedSlice(t, 14, endpointOf(b.web1, "10.5.0.1", b.node), sameAddr)
 	gone(t, x4, "the same forged address under another Pod is deleted at once")
-	assert.Equal(t, float64(3), testutil.ToFloat64(run.metrics.ForgedSlices))
+	countsTo(t, run.metrics.ForgedSlices, 3)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.NotEmpty(c, nodeEvents(t, b.node, "DeleteRepeatedForgery"), "the repeats are reported on the Node")
 	}, wait, tick)
@@ -331,7 +331,7 @@ func TestChurnedForgeryIsDeletedThoughItIsRewrittenAllTheTime(t *testing.T) {
 	gone(t, churned, "the churned forgery is deleted")
 	cancel()
 	t.Logf("the forger rewrote its slice %d times before it was deleted", <-writes)
-	assert.Equal(t, float64(1), testutil.ToFloat64(run.metrics.ForgedSlices))
+	countsTo(t, run.metrics.ForgedSlices, 1)
 	b.kept(t)
 }
 
@@ -422,7 +422,7 @@ func TestExhaustingSlicesAreRemovedAndNeverCounted(t *testing.T) {
 	}, wait, tick)
 	assert.NotEmpty(t, nodeEvents(t, b.node, ""), "the Node has an Event")
 	b.kept(t)
-	assert.Equal(t, float64(2), testutil.ToFloat64(run.metrics.ForgedSlices))
+	countsTo(t, run.metrics.ForgedSlices, 2)
 }
 
 // TestForgedAfterTheFactAPodDeletedRelabelledOrEndedIsJudgedAgain: the audit looks again at a

@@ -167,6 +167,14 @@ func gone(t *testing.T, obj client.Object, msg string) {
 	}, wait, tick, msg)
 }
 
+// countsTo waits until counter c reads want. The controller counts a deletion after the API
+// server's answer, and a test polling for the object can see it gone first.
+func countsTo(t *testing.T, c prometheus.Counter, want float64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return testutil.ToFloat64(c) == want }, wait, tick,
+		"the counter reads %v (it reads %v)", want, testutil.ToFloat64(c))
+}
+
 func condition(swh *v1alpha1.ServiceWithHealthchecks, typ string) metav1.Condition {
 	for _, c := range swh.Status.Conditions {
 		if c.Type == typ {
