@@ -43,7 +43,7 @@ const (
 	// TEST-HARNESS.md, "The traffic client's address"). In a cluster, clients are pods with
 	// addresses of their own, or node processes that kube-proxy masquerades.
 	TrafficClientIP = "198.19.0.2"
-	// trafficClientExtra is the first of the further client addresses (198.19.0.64–127): a
+	// trafficClientExtra is the first of the further client addresses (198.19.0.64–126): a
 	// connection to each IPv4 destination leaves from an address of its own (ClientSource), so
 	// connections to two ClusterIPs that kube-proxy DNATs to the same pod (the demo's
 	// mysql-db-read and mysql-db-write both reach the primary) never share a reply tuple either.

@@ -85,10 +85,12 @@ func BenchmarkForgedSliceRemoval(b *testing.B) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	forged := func(name, addr string) *discoveryv1.EndpointSlice {
-		key := slicemeta.SliceKey{Resource: "web", Port: "http", Node: nodeName}
+	// chunk is a slice of the node's own chunk k (its name and labels as the agent writes them;
+	// 0 is the common name) listing web-1 at addr.
+	chunk := func(k int, addr string) *discoveryv1.EndpointSlice {
+		key := slicemeta.SliceKey{Resource: "web", Port: "http", Node: nodeName, Chunk: k}
 		return &discoveryv1.EndpointSlice{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: key.Labels(), Annotations: key.Annotations(),
+			ObjectMeta: metav1.ObjectMeta{Name: key.Name(), Namespace: ns, Labels: key.Labels(), Annotations: key.Annotations(),
 				OwnerReferences: []metav1.OwnerReference{slicemeta.OwnerReference("web", swh.UID)}},
 			AddressType: discoveryv1.AddressTypeIPv4,
 			Endpoints: []discoveryv1.Endpoint{{
@@ -99,14 +101,6 @@ func BenchmarkForgedSliceRemoval(b *testing.B) {
 			}},
 			Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](8080)}},
 		}
-	}
-	// chunk is the node's own chunk k (its name and labels as the agent writes them; 0 is the
-	// common name) listing addr.
-	chunk := func(k int, addr string) *discoveryv1.EndpointSlice {
-		key := slicemeta.SliceKey{Resource: "web", Port: "http", Node: nodeName, Chunk: k}
-		s := forged(key.Name(), addr)
-		s.Labels, s.Annotations = key.Labels(), key.Annotations()
-		return s
 	}
 	exists := func(name string) bool {
 		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &discoveryv1.EndpointSlice{})

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -185,7 +186,7 @@ type podReads struct {
 }
 
 func (p *podReads) RoundTrip(next http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+	return promhttp.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		// The audit's metadata-only watch of Pods (LIST and WATCH as PartialObjectMetadata)
 		// reads no Pod: only the audit's own reads count.
 		metadataOnly := strings.Contains(req.Header.Get("Accept"), "as=PartialObjectMetadata")
@@ -195,10 +196,6 @@ func (p *podReads) RoundTrip(next http.RoundTripper) http.RoundTripper {
 		return next.RoundTrip(req)
 	})
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 // TestForgedAuditReadsAConstantNumberOfPods: the audit of an honest slice of N endpoints costs
 // one API read (the LIST of its node's Pods), not N; a forged endpoint costs one more read (its

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -36,7 +37,7 @@ type writeGate struct {
 }
 
 func (g *writeGate) wrap(next http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+	return promhttp.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		if req.Method != http.MethodPut || !strings.Contains(req.URL.Path, "/endpointslices/") {
 			return next.RoundTrip(req)
 		}
@@ -60,10 +61,6 @@ func (g *writeGate) wrap(next http.RoundTripper) http.RoundTripper {
 		return next.RoundTrip(req)
 	})
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 // TestWithdrawerWritesTheSlicesOfStaleNodesInParallel: the slices of the stale nodes are
 // updated WithdrawWriters at a time, not one after another (a lost zone's thousands of slices
