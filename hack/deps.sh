@@ -36,6 +36,8 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
 # testkit/cluster runs processes inside pod network namespaces with nsenter.
 command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
+# make test-race (called by .ci/run) builds with -race, which needs cgo and a C compiler.
+command -v gcc >/dev/null 2>&1 || missing+=(gcc)
 # testkit/realnode's containerd runs its containers with Debian's runc (make test-nodes).
 [[ -x /usr/sbin/runc ]] || missing+=(runc)
 
