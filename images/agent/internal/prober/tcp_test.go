@@ -5,6 +5,7 @@ package prober_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -251,27 +252,38 @@ func TestInvalidInputIsAnErrorNotAFailure(t *testing.T) {
 	}
 }
 
-// timeWaitSockets counts the TIME-WAIT sockets of either side of connections to port.
-func timeWaitSockets(t *testing.T, port int32) int {
-	t.Helper()
+// timeWaitSockets counts the TIME-WAIT sockets of either side of connections to port in the
+// network namespace netns.
+func timeWaitSockets(t *testing.T, netns string, port int32) (int, error) {
 	p := strconv.Itoa(int(port))
-	out, err := exec.Command("ss", "-Htan", "state", "time-wait", "( dport = :"+p+" or sport = :"+p+" )").CombinedOutput()
-	require.NoError(t, err, "ss: %s", out)
+	out, err := exec.Command("ip", "netns", "exec", netns,
+		"ss", "-Htan", "state", "time-wait", "( dport = :"+p+" or sport = :"+p+" )").CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("ss: %w: %s", err, out)
+	}
 	s := strings.TrimSpace(string(out))
 	if s == "" {
-		return 0
+		return 0, nil
 	}
-	return len(strings.Split(s, "\n"))
+	return len(strings.Split(s, "\n")), nil
 }
 
+// TestProbesLeaveNoTimeWaitSockets runs each case in a network namespace of its own: the count
+// of TIME-WAIT sockets is the namespace's, so the rest of the machine (other packages' tests
+// churning loopback connections, the namespace's bucket limit) cannot hide or add any. In the
+// root namespace the control case once saw fewer than n while every other package ran beside it.
 func TestProbesLeaveNoTimeWaitSockets(t *testing.T) {
 	if _, err := exec.LookPath("ss"); err != nil {
 		t.Skipf("needs ss (iproute2, make deps): %v", err)
 	}
 	const n = 20
+	// The targets are started on the namespace's thread (inNamedNetns), so they listen there;
+	// they report with assert and return 0 on failure.
 	tcpTarget := func(t *testing.T) int32 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
+		if !assert.NoError(t, err) {
+			return 0
+		}
 		t.Cleanup(func() { _ = l.Close() })
 		go func() {
 			for {
@@ -292,13 +304,23 @@ func TestProbesLeaveNoTimeWaitSockets(t *testing.T) {
 	p := newProber(prober.Options{})
 
 	t.Run("a plain dial and close leaves them, so ss would see ours", func(t *testing.T) {
-		port := tcpTarget(t)
-		for range n {
-			c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(int(port)))
-			require.NoError(t, err)
-			require.NoError(t, c.Close())
-		}
-		require.Eventually(t, func() bool { return timeWaitSockets(t, port) >= n }, 10*time.Second, 10*time.Millisecond)
+		inNamedNetns(t, "", nil, func(netns string) {
+			port := tcpTarget(t)
+			if port == 0 {
+				return
+			}
+			for range n {
+				c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(int(port)))
+				if !assert.NoError(t, err) {
+					return
+				}
+				assert.NoError(t, c.Close())
+			}
+			assert.Eventually(t, func() bool {
+				got, err := timeWaitSockets(t, netns, port)
+				return assert.NoError(t, err) && got >= n
+			}, 10*time.Second, 10*time.Millisecond)
+		})
 	})
 	cases := map[string]struct {
 		target func(t *testing.T) int32
@@ -309,13 +331,21 @@ func TestProbesLeaveNoTimeWaitSockets(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name+" leave none", func(t *testing.T) {
-			port := tc.target(t)
-			for range n {
-				res, err := p.Probe(t.Context(), tc.probe, "ns", "127.0.0.1", port)
-				require.NoError(t, err)
-				require.Equal(t, prober.Success, res.Outcome, res.Reason)
-			}
-			require.Zero(t, timeWaitSockets(t, port))
+			inNamedNetns(t, "", nil, func(netns string) {
+				port := tc.target(t)
+				if port == 0 {
+					return
+				}
+				for range n {
+					res, err := p.Probe(t.Context(), tc.probe, "ns", "127.0.0.1", port)
+					if !assert.NoError(t, err) || !assert.Equal(t, prober.Success, res.Outcome, res.Reason) {
+						return
+					}
+				}
+				got, err := timeWaitSockets(t, netns, port)
+				assert.NoError(t, err)
+				assert.Zero(t, got)
+			})
 		})
 	}
 }
