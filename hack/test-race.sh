@@ -7,7 +7,7 @@
 #   hack/test-race.sh                 ./images/agent/... ./images/controller/... ./testkit/...
 #   hack/test-race.sh PACKAGE...      those packages only (e.g. ./images/controller/internal/controller)
 #
-# Environment: GO_TEST_FLAGS (default -count=1 -timeout=60m), RACE_PARALLEL (test binaries run
+# Environment: GO_TEST_FLAGS (default -count=1 -timeout=60m -vet=off), RACE_PARALLEL (test binaries run
 # at once, default 1).
 #
 # -race needs cgo (CGO_ENABLED=1, gcc). Only this script's `go test` sees that and -race: the
@@ -27,7 +27,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
-GO_TEST_FLAGS=${GO_TEST_FLAGS:--count=1 -timeout=60m}
+GO_TEST_FLAGS=${GO_TEST_FLAGS:--count=1 -timeout=60m -vet=off}
 RACE_PARALLEL=${RACE_PARALLEL:-1}
 pkgs=("$@")
 [[ ${#pkgs[@]} -gt 0 ]] || pkgs=(./images/agent/... ./images/controller/... ./testkit/...)

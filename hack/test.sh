@@ -5,7 +5,7 @@
 #
 #   hack/test.sh              the workspace modules and, beside them, the standalone ones
 #
-# Environment: GO_TEST_FLAGS (default -count=1 -timeout=30m), MODULES and STANDALONE (the
+# Environment: GO_TEST_FLAGS (default -count=1 -timeout=30m -vet=off: go vet is make verify's), MODULES and STANDALONE (the
 # Makefile passes its lists).
 #
 # One build configuration for everything: the tests build with CGO_ENABLED=0 and -trimpath,
@@ -19,7 +19,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
-GO_TEST_FLAGS=${GO_TEST_FLAGS:--count=1 -timeout=30m}
+GO_TEST_FLAGS=${GO_TEST_FLAGS:--count=1 -timeout=30m -vet=off}
 read -r -a modules <<<"${MODULES:-api lib testkit images/agent images/controller hooks tests}"
 read -r -a standalone <<<"${STANDALONE:-tests/monitoring}"
 
