@@ -96,8 +96,8 @@ test-nodes: deps ## Run the end-to-end scenarios on real nodes (a kubelet and co
 test-cilium: ## Run the scenarios whose dataplane is a real cilium-agent (kube-proxy replacement; go test -run Cilium in testkit/cluster, testkit/cmd/swh-run and tests/); builds the cilium tool group first (a quarter of an hour the first time).
 	@hack/deps.sh --cilium
 	@tools/build.sh kube cilium
-	@cd testkit && CGO_ENABLED=0 GOFLAGS="$${GOFLAGS:+$$GOFLAGS }-trimpath" SWH_CILIUM=1 go test $(GO_TEST_FLAGS) -run Cilium ./cluster/ ./cmd/swh-run/
-	@cd tests && CGO_ENABLED=0 GOFLAGS="$${GOFLAGS:+$$GOFLAGS }-trimpath" SWH_CILIUM=1 go test $(GO_TEST_FLAGS) -run Cilium ./...
+	@# One go test for both modules (the workspace), the longest packages first: two run at a time.
+	@CGO_ENABLED=0 GOFLAGS="$${GOFLAGS:+$$GOFLAGS }-trimpath" SWH_CILIUM=1 go test $(GO_TEST_FLAGS) -run Cilium ./testkit/cluster/ ./tests/e2e/traffic/ ./tests/e2e/lb/ ./testkit/cmd/swh-run/ ./tests/...
 
 .PHONY: test-race
 test-race: deps test-tools ## Run the agent's, the controller's and testkit's tests with -race and the informer-cache mutation detector (hack/test-race.sh); PKGS="./x/..." picks packages.

@@ -8,14 +8,17 @@
 #   hack/test-race.sh PACKAGE...      those packages only (e.g. ./images/controller/internal/controller)
 #
 # Environment: GO_TEST_FLAGS (default -count=1 -timeout=60m -vet=off), RACE_PARALLEL (test binaries run
-# at once, default 1).
+# at once, default 2).
 #
 # -race needs cgo (CGO_ENABLED=1, gcc). Only this script's `go test` sees that and -race: the
 # pinned tools (tools/build.sh, built by the Makefile's prerequisites) are never built with it,
 # and the programs the tests start are built with -race into binaries of their own
 # (testkit/process.Build: a "-race" suffix), so a race run leaves what `make test` reuses alone.
-# The test binaries run one at a time by default: the race detector makes code 2-10 times
-# slower, and the suites wait on real API servers, probes and graces on two shared cores.
+# The test binaries run two at a time by default, the longest (the agent's, about 230 s) first:
+# one at a time, the run used 0.7 of the two cores (2026-12-07, development/BENCHMARKS-HISTORY.md,
+# "A fresh .ci/run"), because the suites wait on real API servers, probes and graces far more than
+# they compute, even with the race detector's 2-10 times slower code. RACE_PARALLEL=1 runs them
+# one by one again.
 #
 # KUBE_CACHE_MUTATION_DETECTOR=true makes client-go keep a copy of every object an informer
 # adds and panic when the cached object no longer equals it: the agent and the controller read
@@ -28,9 +31,10 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
 GO_TEST_FLAGS=${GO_TEST_FLAGS:--count=1 -timeout=60m -vet=off}
-RACE_PARALLEL=${RACE_PARALLEL:-1}
+RACE_PARALLEL=${RACE_PARALLEL:-2}
 pkgs=("$@")
-[[ ${#pkgs[@]} -gt 0 ]] || pkgs=(./images/agent/... ./images/controller/... ./testkit/...)
+# go test starts packages in the order given (a package named twice runs once): the longest first.
+[[ ${#pkgs[@]} -gt 0 ]] || pkgs=(./images/agent/internal/agent ./images/agent/... ./images/controller/... ./testkit/...)
 
 export CGO_ENABLED=1
 export GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath"
