@@ -460,7 +460,10 @@ func TestTCPProbesLeaveNoDescriptorAndNoTimeWaitOnAnyPath(t *testing.T) {
 		for range 2 {
 			slow()
 		}
-		assert.Eventually(t, func() bool { return accepted.Load() == 0 && openFDs(t) == fds }, 30*time.Second, 10*time.Millisecond,
+		// At most as many as before, not exactly: a descriptor of the runtime's or of an exec that
+		// was open at the snapshot may have closed since (a race run with another test binary
+		// beside it saw 17 open, 18 before). A leak shows as one more per probe: 300 or more.
+		assert.Eventually(t, func() bool { return accepted.Load() == 0 && openFDs(t) <= fds }, 30*time.Second, 10*time.Millisecond,
 			"the probes closed every socket: %d descriptors open, %d before", openFDs(t), fds)
 		assert.Equal(t, 0, timeWaits(t, tid), "the probes closed with a reset")
 
