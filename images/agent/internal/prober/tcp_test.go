@@ -5,7 +5,6 @@ package prober_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -252,32 +251,14 @@ func TestInvalidInputIsAnErrorNotAFailure(t *testing.T) {
 	}
 }
 
-// timeWaitSockets counts the TIME-WAIT sockets of either side of connections to port in the
-// network namespace netns.
-func timeWaitSockets(t *testing.T, netns string, port int32) (int, error) {
-	p := strconv.Itoa(int(port))
-	out, err := exec.Command("ip", "netns", "exec", netns,
-		"ss", "-Htan", "state", "time-wait", "( dport = :"+p+" or sport = :"+p+" )").CombinedOutput()
-	if err != nil {
-		return 0, fmt.Errorf("ss: %w: %s", err, out)
-	}
-	s := strings.TrimSpace(string(out))
-	if s == "" {
-		return 0, nil
-	}
-	return len(strings.Split(s, "\n")), nil
-}
-
-// TestProbesLeaveNoTimeWaitSockets runs each case in a network namespace of its own: the count
-// of TIME-WAIT sockets is the namespace's, so the rest of the machine (other packages' tests
-// churning loopback connections, the namespace's bucket limit) cannot hide or add any. In the
-// root namespace the control case once saw fewer than n while every other package ran beside it.
+// TestProbesLeaveNoTimeWaitSockets runs each case in a network namespace of its own and counts
+// every TIME-WAIT socket there (timeWaits): the rest of the machine (other packages' tests
+// churning loopback connections, the namespace's bucket limit) cannot hide or add any. Counted
+// in the root namespace with ss, the control case once saw fewer than n while every other
+// package ran beside it.
 func TestProbesLeaveNoTimeWaitSockets(t *testing.T) {
-	if _, err := exec.LookPath("ss"); err != nil {
-		t.Skipf("needs ss (iproute2, make deps): %v", err)
-	}
 	const n = 20
-	// The targets are started on the namespace's thread (inNamedNetns), so they listen there;
+	// The targets are started on the namespace's thread (inNetns), so they listen there;
 	// they report with assert and return 0 on failure.
 	tcpTarget := func(t *testing.T) int32 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -303,8 +284,9 @@ func TestProbesLeaveNoTimeWaitSockets(t *testing.T) {
 	}
 	p := newProber(prober.Options{})
 
-	t.Run("a plain dial and close leaves them, so ss would see ours", func(t *testing.T) {
-		inNamedNetns(t, "", nil, func(netns string) {
+	t.Run("a plain dial and close leaves them, so the count would see ours", func(t *testing.T) {
+		inNetns(t, "", func() {
+			tid := syscall.Gettid() // this goroutine's thread, the one in the namespace
 			port := tcpTarget(t)
 			if port == 0 {
 				return
@@ -316,10 +298,7 @@ func TestProbesLeaveNoTimeWaitSockets(t *testing.T) {
 				}
 				assert.NoError(t, c.Close())
 			}
-			assert.Eventually(t, func() bool {
-				got, err := timeWaitSockets(t, netns, port)
-				return assert.NoError(t, err) && got >= n
-			}, 10*time.Second, 10*time.Millisecond)
+			assert.Eventually(t, func() bool { return timeWaits(t, tid) >= n }, 10*time.Second, 10*time.Millisecond)
 		})
 	})
 	cases := map[string]struct {
@@ -331,7 +310,8 @@ func TestProbesLeaveNoTimeWaitSockets(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name+" leave none", func(t *testing.T) {
-			inNamedNetns(t, "", nil, func(netns string) {
+			inNetns(t, "", func() {
+				tid := syscall.Gettid()
 				port := tc.target(t)
 				if port == 0 {
 					return
@@ -342,9 +322,7 @@ func TestProbesLeaveNoTimeWaitSockets(t *testing.T) {
 						return
 					}
 				}
-				got, err := timeWaitSockets(t, netns, port)
-				assert.NoError(t, err)
-				assert.Zero(t, got)
+				assert.Zero(t, timeWaits(t, tid))
 			})
 		})
 	}
