@@ -171,8 +171,11 @@ func gone(t *testing.T, obj client.Object, msg string) {
 // server's answer, and a test polling for the object can see it gone first.
 func countsTo(t *testing.T, c prometheus.Counter, want float64) {
 	t.Helper()
-	require.Eventually(t, func() bool { return testutil.ToFloat64(c) == want }, wait, tick,
-		"the counter reads %v (it reads %v)", want, testutil.ToFloat64(c))
+	// EventuallyWithT reports the value of the last poll; a message's arguments are read once,
+	// before the wait.
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.Equal(ct, want, testutil.ToFloat64(c), "the counter")
+	}, wait, tick)
 }
 
 func condition(swh *v1alpha1.ServiceWithHealthchecks, typ string) metav1.Condition {
