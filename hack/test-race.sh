@@ -7,8 +7,8 @@
 #   hack/test-race.sh                 ./images/agent/... ./images/controller/... ./testkit/...
 #   hack/test-race.sh PACKAGE...      those packages only (e.g. ./images/controller/internal/controller)
 #
-# Environment: GO_TEST_FLAGS (default -count=1 -timeout=60m -vet=off), RACE_PARALLEL (test binaries run
-# at once, default 2).
+# Environment: GO_TEST_FLAGS (default -count=1 -timeout=60m -vet=off), RACE_PARALLEL (test
+# binaries run at once, default 2).
 #
 # -race needs cgo (CGO_ENABLED=1, gcc). Only this script's `go test` sees that and -race: the
 # pinned tools (tools/build.sh, built by the Makefile's prerequisites) are never built with it,

@@ -5,8 +5,8 @@
 #
 #   hack/test.sh              the workspace modules and, beside them, the standalone ones
 #
-# Environment: GO_TEST_FLAGS (default -count=1 -timeout=30m -vet=off: go vet is make verify's), MODULES and STANDALONE (the
-# Makefile passes its lists).
+# Environment: GO_TEST_FLAGS (default -count=1 -timeout=30m -vet=off: go vet is make verify's),
+# MODULES and STANDALONE (the Makefile passes its lists).
 #
 # One build configuration for everything: the tests build with CGO_ENABLED=0 and -trimpath,
 # the flags hack/build-images.sh builds the images with. tests/werf runs that script from a copy
