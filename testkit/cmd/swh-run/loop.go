@@ -58,8 +58,10 @@ type loop struct {
 	waiting   string
 	created   time.Time
 	countFrom time.Time
-	// totalOK and totalFailed count every request since countFrom.
+	// totalOK and totalFailed count every request since countFrom; firstFailure is the first
+	// failed one (zero when none), kept after it leaves the window.
 	totalOK, totalFailed int
+	firstFailure         cluster.Result
 }
 
 func (d *demo) newLoop(service string, port int32, proto string) *loop {
@@ -73,6 +75,9 @@ func (l *loop) add(rs ...cluster.Result) {
 		if r.OK {
 			l.totalOK++
 		} else {
+			if l.totalFailed == 0 {
+				l.firstFailure = r
+			}
 			l.totalFailed++
 		}
 	}
@@ -230,6 +235,10 @@ type Summary struct {
 	CountFromUp time.Duration
 	// TotalOK and TotalFailed count every request since CountFrom, not only the window's.
 	TotalOK, TotalFailed int
+	// FirstFailure is the reason of the first failed request since CountFrom and FirstFailureUp
+	// the demo's uptime when it started ("" and 0 when none failed).
+	FirstFailure   string
+	FirstFailureUp time.Duration
 }
 
 func (l *loop) summary(ctx context.Context) Summary {
@@ -252,6 +261,9 @@ func (l *loop) summary(ctx context.Context) Summary {
 	}
 	l.mu.Lock()
 	s.Waiting, s.CountFrom, s.TotalOK, s.TotalFailed = l.waiting, l.countFrom, l.totalOK, l.totalFailed
+	if l.totalFailed > 0 {
+		s.FirstFailure, s.FirstFailureUp = l.firstFailure.Err, l.firstFailure.Start.Sub(l.d.start)
+	}
 	l.mu.Unlock()
 	if s.CountFrom.IsZero() {
 		s.StartUp = time.Since(l.created)

@@ -101,7 +101,13 @@ func TestTrafficLine(t *testing.T) {
 }
 
 func TestFailedSinceStartUp(t *testing.T) {
-	v := &View{Traffic: map[string]Summary{"web": {TotalOK: 10}, "smtp": {TotalOK: 8, TotalFailed: 2}, "db-read": {TotalOK: 3, TotalFailed: 1}}}
-	assert.EqualError(t, failedSinceStartUp(v), "requests failed after their Service's start-up: db-read 1 of 4, smtp 2 of 10")
+	v := &View{Traffic: map[string]Summary{
+		"web":     {TotalOK: 10},
+		"smtp":    {TotalOK: 8, TotalFailed: 2, CountFromUp: 12 * time.Second, FirstFailureUp: 20250 * time.Millisecond, FirstFailure: "connect: connection refused"},
+		"db-read": {TotalOK: 3, TotalFailed: 1, CountFromUp: 9 * time.Second, FirstFailureUp: 9 * time.Second, FirstFailure: "i/o timeout"},
+	}}
+	assert.EqualError(t, failedSinceStartUp(v), "requests failed after their Service's start-up: "+
+		"db-read 1 of 4 (the first at up 9s, counting from up 9s: i/o timeout), "+
+		"smtp 2 of 10 (the first at up 20.2s, counting from up 12s: connect: connection refused)")
 	assert.NoError(t, failedSinceStartUp(&View{Traffic: map[string]Summary{"web": {TotalOK: 10}}}))
 }

@@ -123,13 +123,14 @@ func (d *demo) show(ctx context.Context) error {
 }
 
 // failedSinceStartUp is an error naming every traffic loop of the view with a failed request
-// since it started counting (after its start-up), nil when there is none: the smoke run's
-// verdict beyond the last window.
+// since it started counting (after its start-up), with its first failure's time and reason, nil
+// when there is none: the smoke run's verdict beyond the last window.
 func failedSinceStartUp(v *View) error {
 	var failed []string
 	for _, k := range slices.Sorted(maps.Keys(v.Traffic)) {
 		if sum := v.Traffic[k]; sum.TotalFailed > 0 {
-			failed = append(failed, fmt.Sprintf("%s %d of %d", k, sum.TotalFailed, sum.TotalOK+sum.TotalFailed))
+			failed = append(failed, fmt.Sprintf("%s %d of %d (the first at up %s, counting from up %s: %s)", k, sum.TotalFailed,
+				sum.TotalOK+sum.TotalFailed, sum.FirstFailureUp.Truncate(100*time.Millisecond), sum.CountFromUp.Truncate(100*time.Millisecond), sum.FirstFailure))
 		}
 	}
 	if len(failed) == 0 {
