@@ -104,16 +104,19 @@ func startSharedMy() (*sharedMy, error) {
 	return s, waitReplicated(ctx, s.replica)
 }
 
-// waitReplicated polls until the replica has the account the primary created last.
+// waitReplicated polls until the replica has the grant the primary made last (startSharedMy's
+// last statement): the replica cases log in as app to appdb, so they need its grant too, not only
+// the account (waiting for certuser's account alone let a loaded machine run "the read-only
+// replica refuses a write" before the grants arrived: access denied instead of read-only).
 func waitReplicated(ctx context.Context, replica *mariadb.Server) error {
 	for {
-		n, err := replica.QueryInt(ctx, "SELECT COUNT(*) FROM mysql.user WHERE user = 'certuser'")
+		n, err := replica.QueryInt(ctx, "SELECT COUNT(*) FROM mysql.db WHERE Db = 'appdb' AND User = 'certuser'")
 		if err == nil && n == 1 {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the replica did not replicate the accounts (last error: %w): %w", err, ctx.Err())
+			return fmt.Errorf("the replica did not replicate the accounts and grants (last error: %w): %w", err, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
