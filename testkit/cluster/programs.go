@@ -45,8 +45,8 @@ func (c *Cluster) StartTraffic(ctx context.Context, opts TrafficOptions) (*Traff
 }
 
 // startLoop fills in the defaults of a loop's options (HTTP, a request every 10 ms, a 2 s
-// timeout) and runs the loop in the background, under ctx bounded by Duration when one is set,
-// until it ends or Stop: the common start of Cluster.StartTraffic and LoadBalancer.StartTraffic.
+// timeout) and runs the loop in the background, under ctx, until Count, Duration (no request
+// starts after it) or Stop: the common start of Cluster.StartTraffic and LoadBalancer.StartTraffic.
 func startLoop(ctx context.Context, opts TrafficOptions, run func(ctx context.Context, tr *Traffic, opts TrafficOptions)) *Traffic {
 	if opts.Protocol == "" {
 		opts.Protocol = HTTP
@@ -57,14 +57,9 @@ func startLoop(ctx context.Context, opts TrafficOptions, run func(ctx context.Co
 	if opts.Timeout <= 0 {
 		opts.Timeout = 2 * time.Second
 	}
-	var loopCtx context.Context
-	var cancel context.CancelFunc
-	if opts.Duration > 0 {
-		loopCtx, cancel = context.WithTimeout(ctx, opts.Duration)
-	} else {
-		loopCtx, cancel = context.WithCancel(ctx)
-	}
-	tr := &Traffic{cancel: cancel, done: make(chan struct{})}
+	// Duration ends the starting of requests (Traffic.until), not the one under way.
+	loopCtx, cancel := context.WithCancel(ctx)
+	tr := &Traffic{cancel: cancel, done: make(chan struct{}), until: loopEnd(opts)}
 	go run(loopCtx, tr, opts)
 	return tr
 }

@@ -22,7 +22,8 @@ import (
 )
 
 // TrafficOptions describe a bounded request loop. It stops by itself after Count requests or
-// after Duration, whichever comes first; one of them must be set.
+// after Duration, whichever comes first; one of them must be set. A request started before
+// Duration ends runs to its end or its Timeout.
 type TrafficOptions struct {
 	// Service is "namespace/name"; requests go to its ClusterIP and Port.
 	Service string
@@ -41,7 +42,11 @@ type TrafficOptions struct {
 	Interval time.Duration
 	// Count stops the loop after this many requests.
 	Count int
-	// Duration stops the loop after this long.
+	// Duration stops the loop after this long: no request starts after it, and the one under
+	// way still gets its whole Timeout (a deadline shared with the loop would cut a slow request
+	// short at the loop's end and could count it as failed: the demo's one-second chunks saw
+	// "dial tcp …:3306: i/o timeout" for a MySQL login that straddled a chunk's end on a loaded
+	// machine).
 	Duration time.Duration
 	// Timeout of one request, connect to reply (default 2 s).
 	Timeout time.Duration
@@ -143,6 +148,8 @@ func (r Results) String() string {
 type Traffic struct {
 	cancel context.CancelFunc
 	done   chan struct{}
+	// until is when the loop stops starting requests (zero: only Count or Stop end it).
+	until time.Time
 	mu     sync.Mutex
 	res    Results
 }
@@ -169,14 +176,8 @@ func (c *Cluster) Traffic(t testing.TB, opts TrafficOptions) *Traffic {
 		opts.Timeout = 2 * time.Second
 	}
 	opts.fromClientIP = !c.ciliumDataplane
-	var ctx context.Context
-	var cancel context.CancelFunc
-	if opts.Duration > 0 {
-		ctx, cancel = context.WithTimeout(context.Background(), opts.Duration)
-	} else {
-		ctx, cancel = context.WithCancel(context.Background())
-	}
-	tr := &Traffic{cancel: cancel, done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	tr := &Traffic{cancel: cancel, done: make(chan struct{}), until: loopEnd(opts)}
 	go tr.run(ctx, target, opts)
 	t.Cleanup(func() { tr.Stop() })
 	return tr
@@ -246,14 +247,14 @@ func (tr *Traffic) loop(ctx context.Context, opts TrafficOptions, request func(c
 	}
 	defer hc.CloseIdleConnections()
 	for i := 0; opts.Count <= 0 || i < opts.Count; i++ {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || tr.over() {
 			return
 		}
 		start := time.Now()
 		res := Result{Start: start}
 		request(ctx, hc, &res)
 		res.Duration = time.Since(start)
-		// A request cut short by the loop's own end is not a result.
+		// A request cut short by Stop (or the caller's ctx) is not a result.
 		if !res.OK && ctx.Err() != nil {
 			return
 		}
@@ -261,6 +262,9 @@ func (tr *Traffic) loop(ctx context.Context, opts TrafficOptions, request func(c
 		tr.res = append(tr.res, res)
 		tr.mu.Unlock()
 		if wait := opts.Interval - time.Since(start); wait > 0 {
+			if !tr.until.IsZero() {
+				wait = min(wait, time.Until(tr.until))
+			}
 			select {
 			case <-ctx.Done():
 				return
@@ -268,6 +272,19 @@ func (tr *Traffic) loop(ctx context.Context, opts TrafficOptions, request func(c
 			}
 		}
 	}
+}
+
+// loopEnd is when a loop of opts stops starting requests: Duration from now (zero without one).
+func loopEnd(opts TrafficOptions) time.Time {
+	if opts.Duration <= 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(opts.Duration)
+}
+
+// over tells whether the loop's Duration has passed.
+func (tr *Traffic) over() bool {
+	return !tr.until.IsZero() && !time.Now().Before(tr.until)
 }
 
 // send sends one request of opts.Protocol to target and records its answer in res.
