@@ -150,8 +150,9 @@ type Traffic struct {
 	done   chan struct{}
 	// until is when the loop stops starting requests (zero: only Count or Stop end it).
 	until time.Time
-	mu     sync.Mutex
-	res    Results
+
+	mu  sync.Mutex
+	res Results
 }
 
 // Traffic starts a request loop from the cluster namespace (like a client on a node) to a
