@@ -318,5 +318,9 @@ func TestManyTransitionsAtOnceAreOneSummaryEvent(t *testing.T) {
 		notReady += len(events.about(n, agent.ReasonPortNotReady))
 	}
 	assert.Less(t, notReady, 12, "not one Event per transition")
-	assert.GreaterOrEqual(t, testutil.ToFloat64(a.Metrics.TransitionEvents.WithLabelValues("summary")), 1.0)
+	// The agent counts the summary once its Create has returned, so the Event's watch can show it
+	// first: poll the counter (a race run read it as 0 right after the Event).
+	assert.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.GreaterOrEqual(ct, testutil.ToFloat64(a.Metrics.TransitionEvents.WithLabelValues("summary")), 1.0)
+	}, time.Minute, 50*time.Millisecond, "the summary Event is counted")
 }

@@ -80,9 +80,13 @@ func TestAFailingPortWithdrawsThePodFromThatPortOnly(t *testing.T) {
 		"vm-smtp-node-a": {ip(vm0): "FFF", ip(vm1): "TTF"},
 	})
 	assert.Equal(t, webRV, got["vm-web-node-a"].RV, "the web slice is not written while smtp fails")
-	assert.Equal(t, 3.0, testutil.ToFloat64(a.Metrics.Endpoints.WithLabelValues(metrics.StateReady)))
-	assert.Equal(t, 1.0, testutil.ToFloat64(a.Metrics.Endpoints.WithLabelValues(metrics.StateNotReady)))
-	assert.Equal(t, 4.0, testutil.ToFloat64(a.Metrics.Targets))
+	// The gauges count what the agent's writes have stored, set once a write has returned: the
+	// slice's watch can show it first, so they are polled.
+	assert.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.Equal(ct, 3.0, testutil.ToFloat64(a.Metrics.Endpoints.WithLabelValues(metrics.StateReady)))
+		assert.Equal(ct, 1.0, testutil.ToFloat64(a.Metrics.Endpoints.WithLabelValues(metrics.StateNotReady)))
+		assert.Equal(ct, 4.0, testutil.ToFloat64(a.Metrics.Targets))
+	}, 30*time.Second, 50*time.Millisecond, "the endpoint gauges follow the smtp slice's write")
 	eventuallyEvent(t, c, ns, agent.ReasonPortNotReady, "pod vm-0, port smtp: probe 1 (TCP): connection refused")
 	c.WaitProgrammed(t, ns+"/vm", 25, vm1)
 	smtpRes := c.Requests(t, cluster.TrafficOptions{Service: ns + "/vm", Port: 25, Protocol: cluster.SMTP, Count: 30})
