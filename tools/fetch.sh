@@ -5,7 +5,7 @@
 #
 #   tools/fetch.sh GROUP...
 #
-# .ci/run fetches the later steps' groups (node, containerd, cilium, lint) while `make test`
+# .ci/run fetches the later steps' groups (node, containerd, cilium, codegen, lint) while `make test`
 # compiles, so their builds later find the module cache filled. A group already built
 # (tools/build.sh's cache) is skipped. It lives apart from tools/build.sh because that script's
 # text is part of every group's cache key.

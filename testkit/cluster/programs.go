@@ -46,7 +46,8 @@ func (c *Cluster) StartTraffic(ctx context.Context, opts TrafficOptions) (*Traff
 
 // startLoop fills in the defaults of a loop's options (HTTP, a request every 10 ms, a 2 s
 // timeout) and runs the loop in the background, under ctx, until Count, Duration (no request
-// starts after it) or Stop: the common start of Cluster.StartTraffic and LoadBalancer.StartTraffic.
+// starts after it) or Stop: the common start of Cluster.Traffic, Cluster.StartTraffic and
+// LoadBalancer.StartTraffic.
 func startLoop(ctx context.Context, opts TrafficOptions, run func(ctx context.Context, tr *Traffic, opts TrafficOptions)) *Traffic {
 	if opts.Protocol == "" {
 		opts.Protocol = HTTP

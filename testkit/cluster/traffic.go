@@ -167,19 +167,9 @@ func (c *Cluster) Traffic(t testing.TB, opts TrafficOptions) *Traffic {
 	if opts.Count <= 0 && opts.Duration <= 0 {
 		t.Fatal("traffic: set Count or Duration: the loop must end by itself")
 	}
-	if opts.Protocol == "" {
-		opts.Protocol = HTTP
-	}
-	if opts.Interval <= 0 {
-		opts.Interval = 10 * time.Millisecond
-	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = 2 * time.Second
-	}
 	opts.fromClientIP = !c.ciliumDataplane
-	ctx, cancel := context.WithCancel(context.Background())
-	tr := &Traffic{cancel: cancel, done: make(chan struct{}), until: loopEnd(opts)}
-	go tr.run(ctx, target, opts)
+	// Not under t.Context(): the loop ends by itself, or at the test's cleanup below.
+	tr := startLoop(context.Background(), opts, func(ctx context.Context, tr *Traffic, opts TrafficOptions) { tr.run(ctx, target, opts) })
 	t.Cleanup(func() { tr.Stop() })
 	return tr
 }
