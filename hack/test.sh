@@ -53,10 +53,12 @@ standalone_pid=$!
 
 # The longest packages first (development/BENCHMARKS.md, "make test"): go test starts packages in
 # the order it is given them, and a long one started last is the whole run's tail. A package
-# named twice runs once. images/agent/internal/agent's binary runs its tests as two isolated
-# processes side by side (its shard_test.go: the tests wait on probes and graces, not on CPU), so
-# the package holds its slot for about 110 s, not 210 s.
-pkgs=(./images/agent/internal/agent ./testkit/cluster ./tests/e2e/... ./testkit/cmd/swh-run)
+# named twice runs once. tests/e2e/upgrade (its TestMain builds the releases to upgrade from on a
+# fresh machine, then the upgrades under traffic) and images/agent/internal/agent each run their
+# tests as two isolated processes side by side (testkit/shard: the tests wait on upgrades, probes
+# and graces, not on CPU), so each holds its slot for about half of its tests' time (upgrade
+# about 170 s of 340, the agent about 110 of 210).
+pkgs=(./tests/e2e/upgrade ./images/agent/internal/agent ./testkit/cluster ./tests/e2e/... ./testkit/cmd/swh-run)
 for m in "${modules[@]}"; do pkgs+=("./$m/..."); done
 t=$(date +%s)
 status=0

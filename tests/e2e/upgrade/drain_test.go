@@ -24,7 +24,7 @@ import (
 
 // drainRelease is the release whose agent publishes a drained serving pod with the old triple
 // (ready=false, serving=true, terminating=false); HEAD publishes terminating=true and rewrites
-// the slices that release wrote on its first reconcile (CHANGELOG.md, Unreleased).
+// the slices that release wrote on its first reconcile (CHANGELOG.md, v0.3.0).
 const drainRelease = "0.2.0"
 
 // TestReleaseUpgradeRewritesADrainedEndpoint runs the previous release (the newest whose
@@ -33,7 +33,8 @@ const drainRelease = "0.2.0"
 // HEAD as the platform does, and asserts that HEAD's agents publish the drained endpoint
 // ready=false, serving=true, terminating=true while every other pod stays ready. When the
 // previous release is drainRelease, its slice must have said terminating=false first: HEAD's
-// agent rewrote it.
+// agent rewrote it. It then rolls back to the previous release and asserts that its agents
+// publish the drained endpoint with the triple they published before the upgrade.
 func TestReleaseUpgradeRewritesADrainedEndpoint(t *testing.T) {
 	cluster.SkipUnlessIsolated(t)
 	prev := sources(t)[0]
@@ -67,8 +68,18 @@ func TestReleaseUpgradeRewritesADrainedEndpoint(t *testing.T) {
 		assert.Equal(t, "F/T/F", before, "v%s's triple for a drained serving pod", prev.Version)
 	}
 
-	replace(t, s, "upgrade to HEAD", head, old, len(resourcesOf(ports))*podsPerNode)
+	targets := len(resourcesOf(ports)) * podsPerNode
+	replace(t, s, "upgrade to HEAD", head, old, targets)
 	requireTriple(t, c, ns, web, drained, "F/T/T")
+	for _, p := range pods[1:] {
+		requireTriple(t, c, ns, web, p, "T/T/F")
+	}
+
+	// The rollback (docs/UPGRADE.md, "From v0.3.0 back to v0.2.0"): the previous release's agents
+	// publish the drained pod with their own triple again.
+	replace(t, s, "rollback to v"+prev.Version, old, head, targets)
+	after := requireTriple(t, c, ns, web, drained, "")
+	assert.Equal(t, before, after, "after the rollback, v%s publishes the drained %s with its own triple again", prev.Version, drained.Key())
 	for _, p := range pods[1:] {
 		requireTriple(t, c, ns, web, p, "T/T/F")
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
+	"github.com/deckhouse/service-with-healthchecks/testkit/shard"
 )
 
 // releaseEnv carries the built releases (or why they could not be built) from the outer test
@@ -37,7 +38,8 @@ type preparedReleases struct {
 }
 
 // TestMain builds the releases to upgrade from before the binary isolates itself (the isolated
-// network reaches no module proxy), then isolates it (cluster.RunIsolated). Without root
+// network reaches no module proxy), then runs the tests in two processes (shardTests), each of
+// which isolates itself (cluster.RunIsolated). Without root
 // nothing is built: the tests that need it skip.
 func TestMain(m *testing.M) {
 	if os.Getenv(releaseEnv) == "" && !cluster.Isolated() && os.Geteuid() == 0 {
@@ -60,8 +62,24 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 	}
+	if code, ran := shard.Run(shardEnv, shardTests); ran {
+		os.Exit(code)
+	}
 	cluster.RunIsolated(m)
 }
+
+// The package's tests wait on upgrades under traffic (about 380 s of runs, 250 s of CPU, with
+// the releases built), and it is the longest package of `make test`: a plain run is two
+// processes side by side (testkit/shard), each isolated with its own clusters, after TestMain
+// built the releases once for both. shardTests (about 175 s: the upgrade from the oldest
+// release, the GRPC/MySQL rollback, the pruned field) run in one, the rest (about 200 s: the
+// upgrade from the previous release, the drain's upgrade and rollback) in the other.
+const (
+	shardEnv   = "SWH_UPGRADE_TEST_SHARD"
+	shardTests = `^(TestReleaseUpgradeAndRollbackUnderTrafficFromTheOldestRelease` +
+		`|TestRollbackToAReleaseWithoutTheGRPCAndMySQLModesAndThePlatformOperatorsWay` +
+		`|TestRollbackPrunesAFieldOfTheLaterReleaseAndAWriteDropsIt)$`
+)
 
 // prepare finds the releases to upgrade from (upgradeSources) and builds them into the tool
 // cache.

@@ -30,6 +30,7 @@ import (
 	"github.com/deckhouse/service-with-healthchecks/images/agent/internal/scheduler"
 	"github.com/deckhouse/service-with-healthchecks/testkit/cluster"
 	"github.com/deckhouse/service-with-healthchecks/testkit/controlplane"
+	"github.com/deckhouse/service-with-healthchecks/testkit/shard"
 )
 
 // shared is one cluster (API server, two nodes, one kube-proxy) for the tests; each test uses
@@ -38,11 +39,11 @@ var shared cluster.Shared
 
 // TestMain isolates the binary (own network, mount and PID namespaces), stops the shared
 // cluster after the tests and fails the package if they leave anything; a plain run is two
-// such processes side by side (shard_test.go). The informer-cache
+// such processes side by side (shard_test.go, testkit/shard). The informer-cache
 // mutation detector is on: the reconciler reads pods and slices without copies.
 func TestMain(m *testing.M) {
 	controlplane.DetectCacheMutations()
-	if code, ran := shard(); ran {
+	if code, ran := shard.Run(shardEnv, controllerTests); ran {
 		os.Exit(code)
 	}
 	cluster.Main(m, cluster.Options{

@@ -3,7 +3,7 @@
 
 //go:build !race
 
-package agent_test
+package shard
 
-// raceBuild: see race_on_test.go.
+// raceBuild: see race_on.go.
 const raceBuild = false
